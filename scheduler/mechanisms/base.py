@@ -1,0 +1,43 @@
+"""Mechanisms pack the ordered queue onto servers along GPU, CPU and memory.
+
+A mechanism gets the queue already ordered by the policy and returns the round's
+allocations. Shared steps live here so the mechanisms differ only where the paper says
+they do.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from synergy.scheduler.model import Job, RoundInput, RoundOutput
+
+
+class Mechanism(Protocol):
+    name: str
+
+    def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
+        ...
+
+
+def runnable_by_gpu(ordered: Sequence[Job], free_gpus: float) -> tuple[list[Job], dict[int, str]]:
+    """Top jobs, in policy order, whose GPU demand the cluster can still satisfy.
+
+    A job is passed over only when its GPUs cannot be met (§4.2); a smaller job further down
+    may still take the remaining GPUs, so no GPU idles while a job that fits waits.
+    """
+    runnable: list[Job] = []
+    waiting: dict[int, str] = {}
+    left = free_gpus
+    for job in ordered:
+        if job.gpus <= left + 1e-9:
+            runnable.append(job)
+            left -= job.gpus
+        else:
+            waiting[job.id] = (
+                f"waiting for {job.gpus} GPUs: {max(0, int(round(left)))} left after higher-priority jobs"
+            )
+    return runnable, waiting
+
+
+def pack_order(jobs: Sequence[Job], demand: dict[int, tuple[float, float]]) -> list[Job]:
+    """Largest first along GPU, then CPU, then memory demand (§4.2), stable on policy order."""
+    return sorted(jobs, key=lambda j: (-j.gpus, -demand[j.id][0] * j.gpus, -demand[j.id][1] * j.gpus))

@@ -1,0 +1,145 @@
+"""Synergy-TUNE (§4.2), the mechanism Synergy runs in production.
+
+1. The runnable set is the top jobs in policy order whose GPU demand fits; CPU and memory
+   never make TUNE skip a job, so GPUs do not idle while a job that fits waits.
+2. Jobs are packed largest first (GPU, then CPU, then memory demand) on the best-fit server;
+   multi-GPU jobs are consolidated when possible, else split over the fewest servers with
+   CPU and memory proportional to GPUs on each.
+3. A job that does not fit at its best-case demand
+   (1) falls back to its GPU-proportional share if its demand was above it, and
+   (2a) if it still does not fit, co-located jobs holding more than their proportional
+        share are switched back to proportional until it does.
+Every job therefore ends with at least its GPU-proportional throughput.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from synergy.scheduler.mechanisms.base import pack_order, runnable_by_gpu
+from synergy.scheduler.model import EPS, Job, Placement, RoundInput, RoundOutput
+from synergy.scheduler.placement.fit import place
+from synergy.scheduler.placement.scorers import Scorer, best_fit
+from synergy.scheduler.state import ClusterState
+from synergy.scheduler.throughput import best_case_per_gpu, proportional_per_gpu
+
+
+@dataclass(frozen=True)
+class Tune:
+    name: str = "tune"
+    scorer: Scorer = field(default=best_fit)
+
+    def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
+        return _TuneRound(inp, self.scorer).run(ordered)
+
+
+class _TuneRound:
+    """The state of one TUNE decision: what each placed job holds per GPU."""
+
+    def __init__(self, inp: RoundInput, scorer: Scorer) -> None:
+        self.state = ClusterState(inp.cluster)
+        self.cluster = inp.cluster
+        self.scorer = scorer
+        self.prop = proportional_per_gpu(inp.cluster)
+        self.per_gpu: dict[int, tuple[float, float]] = {}
+        self.gpus: dict[int, int] = {}
+        self.reverted: set[int] = set()
+
+    def run(self, ordered: Sequence[Job]) -> RoundOutput:
+        runnable, waiting = runnable_by_gpu(ordered, self.state.free_gpus)
+        demand = {j.id: best_case_per_gpu(j, self.cluster) for j in runnable}
+        for job in pack_order(runnable, demand):
+            if not self._place(job, *demand[job.id]):
+                waiting[job.id] = f"no placement for {job.gpus} GPUs even at the proportional share"
+        return RoundOutput(self.state.allocations(), waiting, frozenset(self.reverted))
+
+    # -- the three steps -------------------------------------------------------------------
+    def _place(self, job: Job, c: float, m: float) -> bool:
+        found = place(self.state, job.gpus, c, m, self.scorer)
+        if found is None and self._above_prop(c, m):  # step 1
+            c, m = self.prop
+            self.reverted.add(job.id)
+            found = place(self.state, job.gpus, c, m, self.scorer)
+        if found is None:  # step 2(a): its demand is now at or below proportional
+            found = self._make_room(job, c, m)
+        if found is None:  # last resort: no over-allocated job left anywhere
+            self._revert_everywhere()
+            found = place(self.state, job.gpus, c, m, self.scorer)
+        if found is None:
+            return False
+        self.state.reserve(job.id, found)
+        self.per_gpu[job.id] = (c, m)
+        self.gpus[job.id] = job.gpus
+        return True
+
+    def _make_room(self, job: Job, c: float, m: float) -> tuple[Placement, ...] | None:
+        """Switch over-allocated co-located jobs to proportional until `job` fits.
+
+        Servers are tried best fit on GPUs alone (ignoring CPU and memory): consolidated on
+        the tightest server with enough free GPUs, else the fewest servers by free GPUs.
+        """
+        st = self.state
+        whole = sorted((i for i in range(len(st.ids)) if st.free_g[i] + EPS >= job.gpus),
+                       key=lambda i: (st.free_g[i], i))
+        for i in whole:
+            if self._free_on(i, job.gpus, c, m):
+                return (Placement(st.ids[i], job.gpus, c * job.gpus, m * job.gpus),)
+        if job.gpus == 1:
+            return None
+        pieces: list[Placement] = []
+        need = job.gpus
+        for i in sorted(range(len(st.ids)), key=lambda i: (-st.free_g[i], i)):
+            k = int(min(st.free_g[i] + 1e-9, need))
+            if k <= 0 or not self._free_on(i, k, c, m):
+                continue
+            pieces.append(Placement(st.ids[i], k, c * k, m * k))
+            need -= k
+            if need == 0:
+                return tuple(pieces)
+        return None
+
+    def _free_on(self, i: int, k: int, c: float, m: float) -> bool:
+        """Revert over-allocated jobs on server i, most over-allocated first, until k GPUs
+        at (c, m) per GPU fit there. Returns whether they fit."""
+        st = self.state
+        if st.fits(i, k, c * k, m * k):
+            return True
+        candidates = sorted(
+            (jid for jid in st.on_server[i] if self._above_prop(*self.per_gpu[jid])),
+            key=lambda jid: (-self._excess(jid), jid),
+        )
+        for jid in candidates:
+            self._revert(jid)
+            if st.fits(i, k, c * k, m * k):
+                return True
+        return False
+
+    def _revert(self, jid: int) -> bool:
+        """Give job `jid` exactly its proportional share wherever it runs, if that fits."""
+        st = self.state
+        cp, mp = self.prop
+        old = st.release(jid)
+        new = tuple(Placement(p.server_id, p.gpus, cp * p.gpus, mp * p.gpus) for p in old)
+        if all(st.fits(st.index[p.server_id], p.gpus, p.cpus, p.mem_gb) for p in new):
+            st.reserve(jid, new)
+            self.per_gpu[jid] = (cp, mp)
+            self.reverted.add(jid)
+            return True
+        st.reserve(jid, old)
+        return False
+
+    def _revert_everywhere(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            for jid in sorted(self.per_gpu):
+                if self._above_prop(*self.per_gpu[jid]) and self._revert(jid):
+                    progress = True
+
+    def _above_prop(self, c: float, m: float) -> bool:
+        return c > self.prop[0] + EPS or m > self.prop[1] + EPS
+
+    def _excess(self, jid: int) -> float:
+        c, m = self.per_gpu[jid]
+        cp, mp = self.prop
+        return self.gpus[jid] * (max(0.0, c - cp) / cp + max(0.0, m - mp) / mp)

@@ -1,0 +1,189 @@
+"""The scheduling core's data model.
+
+Everything here is plain data: no gRPC types, no clock, no threads. The daemon and the
+simulator both translate their own records into these types, call the core, and translate
+the answer back, which is what lets the simulator replay exactly what the daemon would do.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from synergy.scheduler.profiles.format import SensitivityProfile
+
+#: Tolerance for floating-point resource comparisons (CPUs and GB are fractional when a
+#: multi-GPU job is split proportionally over servers).
+EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A vector along the three dimensions Synergy arbitrates."""
+
+    gpus: float = 0.0
+    cpus: float = 0.0
+    mem_gb: float = 0.0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.gpus + other.gpus, self.cpus + other.cpus, self.mem_gb + other.mem_gb)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.gpus - other.gpus, self.cpus - other.cpus, self.mem_gb - other.mem_gb)
+
+    def scale(self, k: float) -> Resources:
+        return Resources(self.gpus * k, self.cpus * k, self.mem_gb * k)
+
+    def fits_in(self, other: Resources) -> bool:
+        return (
+            self.gpus <= other.gpus + EPS
+            and self.cpus <= other.cpus + EPS
+            and self.mem_gb <= other.mem_gb + EPS
+        )
+
+    def exceeds_on_any(self, other: Resources) -> bool:
+        """True when some CPU or memory component is above `other` (GPUs are fixed)."""
+        return self.cpus > other.cpus + EPS or self.mem_gb > other.mem_gb + EPS
+
+
+class ServerPool(str, enum.Enum):
+    """Which array a server belongs to.
+
+    Seam for Lyra (servers loaned from an inference pool and reclaimed) and CODA (a
+    CPU-only array). The mechanisms of this release schedule the TRAINING pool only.
+    """
+
+    TRAINING = "training"
+    LOANED = "loaned"
+    CPU_ONLY = "cpu_only"
+
+
+@dataclass(frozen=True)
+class Server:
+    id: str
+    capacity: Resources
+    pool: ServerPool = ServerPool.TRAINING
+
+
+@dataclass(frozen=True)
+class Cluster:
+    servers: tuple[Server, ...]
+
+    @classmethod
+    def homogeneous(cls, n: int, gpus: int = 8, cpus: float = 24, mem_gb: float = 500) -> Cluster:
+        return cls(tuple(Server(f"s{i}", Resources(gpus, cpus, mem_gb)) for i in range(n)))
+
+    @property
+    def total(self) -> Resources:
+        out = Resources()
+        for s in self.servers:
+            out = out + s.capacity
+        return out
+
+    def proportional_share(self, gpus: float) -> Resources:
+        """GPU-proportional CPU and memory for `gpus` GPUs on this cluster.
+
+        Derived from the cluster's shape, never baked into a profile: the same job gets
+        3 CPUs/GPU on a DGX-2-like server and 6 on a server with twice the cores.
+        """
+        total = self.total
+        if total.gpus <= 0:
+            return Resources(gpus, 0.0, 0.0)
+        return Resources(gpus, total.cpus / total.gpus * gpus, total.mem_gb / total.gpus * gpus)
+
+
+class JobKind(str, enum.Enum):
+    """Seam for job kinds beyond fixed-size data-parallel training.
+
+    ELASTIC (Lyra: a min/max worker range) and CPU_ONLY (CODA) are recognised by the data
+    model but not yet scheduled by any mechanism of this release.
+    """
+
+    TRAINING = "training"
+    ELASTIC = "elastic"
+    CPU_ONLY = "cpu_only"
+
+
+@dataclass
+class Job:
+    """A job as the core sees it: owned and mutated only by the shell (daemon/simulator).
+
+    The core reads jobs and never writes them, so a round is a pure function of its input.
+    """
+
+    id: int
+    model: str
+    gpus: int
+    arrival_s: float
+    iterations: float
+    profile: SensitivityProfile
+    done_iterations: float = 0.0
+    #: Attained service in GPU-seconds (LAS orders by it).
+    attained_gpu_s: float = 0.0
+    kind: JobKind = JobKind.TRAINING
+    #: Elastic range (Lyra); None for fixed-size jobs.
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+
+    @property
+    def remaining_iterations(self) -> float:
+        return max(0.0, self.iterations - self.done_iterations)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The share of one job on one server."""
+
+    server_id: str
+    gpus: int
+    cpus: float
+    mem_gb: float
+
+    @property
+    def resources(self) -> Resources:
+        return Resources(self.gpus, self.cpus, self.mem_gb)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    job_id: int
+    placements: tuple[Placement, ...]
+
+    @property
+    def total(self) -> Resources:
+        out = Resources()
+        for p in self.placements:
+            out = out + p.resources
+        return out
+
+    @property
+    def per_gpu(self) -> tuple[float, float]:
+        """(CPUs per GPU, GB per GPU): what the sensitivity profile is indexed by."""
+        t = self.total
+        return (t.cpus / t.gpus, t.mem_gb / t.gpus) if t.gpus else (0.0, 0.0)
+
+    @property
+    def is_split(self) -> bool:
+        return len(self.placements) > 1
+
+
+@dataclass(frozen=True)
+class RoundInput:
+    """Everything a round decision depends on. Time is passed in, never read."""
+
+    now_s: float
+    cluster: Cluster
+    #: Active jobs (queued and running), in any order; the policy orders them.
+    jobs: Sequence[Job]
+    #: Last round's allocations, for placement plug-ins that prefer not to migrate.
+    previous: Mapping[int, Allocation] = field(default_factory=dict)
+    round_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class RoundOutput:
+    allocations: dict[int, Allocation]
+    #: Why each active job without an allocation waits, in words a user can act on.
+    waiting: dict[int, str] = field(default_factory=dict)
+    #: Jobs that were given their GPU-proportional share instead of their best-case demand.
+    reverted: frozenset[int] = frozenset()

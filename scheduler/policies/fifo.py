@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from synergy.scheduler.model import Cluster, Job
+
+
+@dataclass(frozen=True)
+class Fifo:
+    """First in, first out: arrival time, then job id."""
+
+    name: str = "fifo"
+
+    def order(self, jobs: Sequence[Job], now_s: float, cluster: Cluster) -> list[Job]:
+        return sorted(jobs, key=lambda j: (j.arrival_s, j.id))

@@ -1,0 +1,224 @@
+"""The sensitivity-profile format shared by users, the profiler and the scheduler.
+
+A profile says how fast a model trains, relative to a reference allocation, for each
+(CPUs per GPU, GB of memory per GPU) cell of a grid. The file format (see
+docs/profiles.md) is JSON::
+
+    {"format": "synergy-profile/v1",
+     "models": {"resnet18": {
+         "task": "image",
+         "cpus_per_gpu":   [1, 2, 3, ...],          # row values, strictly increasing
+         "mem_gb_per_gpu": [20, 31.25, 62.5, ...],  # column values, strictly increasing
+         "throughput": [[...], ...],                # rows x columns, reference cell = 1.0
+         "reference": {"cpus_per_gpu": 3, "mem_gb_per_gpu": 62.5},
+         "iter_time_s": 0.25,                       # seconds per iteration at the reference
+         "source": "where the numbers come from"}}}
+
+Profiles are per GPU on purpose: the GPU-proportional share depends on the cluster's
+shape, so the core derives it per cluster instead of baking one cluster into a profile.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+FORMAT = "synergy-profile/v1"
+TASKS = ("image", "language", "speech")
+#: §3.2: the best-case demand is the smallest (c, m) within 1% of the saturated throughput.
+SATURATION_TOLERANCE = 0.01
+
+
+class ProfileError(ValueError):
+    """A profile file or entry is malformed; the message names the model and field."""
+
+
+@dataclass(frozen=True)
+class SensitivityProfile:
+    model: str
+    task: str
+    cpus_per_gpu: tuple[float, ...]
+    mem_gb_per_gpu: tuple[float, ...]
+    #: throughput[i][j] at (cpus_per_gpu[i], mem_gb_per_gpu[j]), relative to the reference.
+    throughput: tuple[tuple[float, ...], ...]
+    reference: tuple[float, float]
+    iter_time_s: float
+    source: str = ""
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    # -- queries -------------------------------------------------------------------------
+    def speed(self, cpus_per_gpu: float, mem_gb_per_gpu: float) -> float:
+        """Relative throughput at a per-GPU allocation (bilinear between grid points).
+
+        Below the first CPU row throughput falls linearly to zero at zero CPUs; outside the
+        memory columns it is clamped (a job never runs with less than its process memory).
+        """
+        key = (round(cpus_per_gpu, 6), round(mem_gb_per_gpu, 6))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        rows, cols = self.cpus_per_gpu, self.mem_gb_per_gpu
+        c, m = key
+        scale = 1.0
+        if c < rows[0]:
+            scale = max(c, 0.0) / rows[0]
+            c = rows[0]
+        c = min(c, rows[-1])
+        m = min(max(m, cols[0]), cols[-1])
+        i, fi = _locate(rows, c)
+        j, fj = _locate(cols, m)
+        t = self.throughput
+        top = t[i][j] * (1 - fj) + t[i][j + 1] * fj if fj else t[i][j]
+        if fi:
+            bot = t[i + 1][j] * (1 - fj) + t[i + 1][j + 1] * fj if fj else t[i + 1][j]
+            top = top * (1 - fi) + bot * fi
+        value = top * scale
+        self._cache[key] = value
+        return value
+
+    @property
+    def saturated(self) -> float:
+        return max(max(row) for row in self.throughput)
+
+    def best_case(self, floor: float = 0.0) -> tuple[float, float]:
+        """Smallest grid cell (fewest CPUs, then least memory) within 1% of saturation.
+
+        `floor` lifts the target so that the demand never runs slower than a given speed
+        (the scheduler passes the job's GPU-proportional speed on the current cluster, so a
+        job whose curve is flat does not lose the last 1% by being handed less).
+        """
+        target = max(self.saturated * (1 - SATURATION_TOLERANCE), floor)
+        key = ("best_case", round(target, 9))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = next(
+                ((c, m) for c, m, t in self.cells() if t >= target - 1e-12),
+                (self.cpus_per_gpu[-1], self.mem_gb_per_gpu[-1]),
+            )
+            self._cache[key] = hit
+        return hit
+
+    def cells(self) -> list[tuple[float, float, float]]:
+        """Every (cpus_per_gpu, mem_gb_per_gpu, throughput) grid cell."""
+        return [
+            (c, m, self.throughput[i][j])
+            for i, c in enumerate(self.cpus_per_gpu)
+            for j, m in enumerate(self.mem_gb_per_gpu)
+        ]
+
+    # -- (de)serialisation -----------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, model: str, d: Mapping[str, Any]) -> SensitivityProfile:
+        where = f"profile {model!r}"
+        if not isinstance(d, Mapping):
+            raise ProfileError(f"{where}: expected an object")
+        for key in ("task", "cpus_per_gpu", "mem_gb_per_gpu", "throughput", "reference", "iter_time_s"):
+            if key not in d:
+                raise ProfileError(f"{where}: missing field {key!r}")
+        ref = d["reference"]
+        if not isinstance(ref, Mapping) or "cpus_per_gpu" not in ref or "mem_gb_per_gpu" not in ref:
+            raise ProfileError(f"{where}: field 'reference' needs 'cpus_per_gpu' and 'mem_gb_per_gpu'")
+        try:
+            return cls(
+                model=model,
+                task=str(d["task"]),
+                cpus_per_gpu=tuple(float(x) for x in d["cpus_per_gpu"]),
+                mem_gb_per_gpu=tuple(float(x) for x in d["mem_gb_per_gpu"]),
+                throughput=tuple(tuple(float(x) for x in row) for row in d["throughput"]),
+                reference=(float(ref["cpus_per_gpu"]), float(ref["mem_gb_per_gpu"])),
+                iter_time_s=float(d["iter_time_s"]),
+                source=str(d.get("source", "")),
+            )
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ProfileError):
+                raise
+            raise ProfileError(f"{where}: non-numeric value ({exc})") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "cpus_per_gpu": list(self.cpus_per_gpu),
+            "mem_gb_per_gpu": list(self.mem_gb_per_gpu),
+            "throughput": [list(r) for r in self.throughput],
+            "reference": {"cpus_per_gpu": self.reference[0], "mem_gb_per_gpu": self.reference[1]},
+            "iter_time_s": self.iter_time_s,
+            "source": self.source,
+        }
+
+    def _validate(self) -> None:
+        where = f"profile {self.model!r}"
+        if self.task not in TASKS:
+            raise ProfileError(f"{where}: field 'task' must be one of {', '.join(TASKS)}, got {self.task!r}")
+        for name in ("cpus_per_gpu", "mem_gb_per_gpu"):
+            vals = getattr(self, name)
+            if len(vals) < 2:
+                raise ProfileError(f"{where}: field {name!r} needs at least two values")
+            if any(not math.isfinite(v) or v <= 0 for v in vals):
+                raise ProfileError(f"{where}: field {name!r} must hold positive numbers")
+            if any(b <= a for a, b in zip(vals, vals[1:])):
+                raise ProfileError(f"{where}: field {name!r} must be strictly increasing")
+        if len(self.throughput) != len(self.cpus_per_gpu) or any(
+            len(r) != len(self.mem_gb_per_gpu) for r in self.throughput
+        ):
+            raise ProfileError(
+                f"{where}: field 'throughput' must be {len(self.cpus_per_gpu)} rows x "
+                f"{len(self.mem_gb_per_gpu)} columns"
+            )
+        if any(not math.isfinite(v) or v < 0 for r in self.throughput for v in r):
+            raise ProfileError(f"{where}: field 'throughput' must hold non-negative numbers")
+        if not math.isfinite(self.iter_time_s) or self.iter_time_s <= 0:
+            raise ProfileError(f"{where}: field 'iter_time_s' must be positive")
+        rc, rm = self.reference
+        if not (self.cpus_per_gpu[0] <= rc <= self.cpus_per_gpu[-1]) or not (
+            self.mem_gb_per_gpu[0] <= rm <= self.mem_gb_per_gpu[-1]
+        ):
+            raise ProfileError(f"{where}: field 'reference' lies outside the grid")
+        if self.saturated <= 0:
+            raise ProfileError(f"{where}: field 'throughput' is all zero")
+
+
+def _locate(values: tuple[float, ...], x: float) -> tuple[int, float]:
+    """Index i and fraction f with x = values[i] + f * (values[i+1] - values[i])."""
+    i = bisect.bisect_right(values, x) - 1
+    if i >= len(values) - 1:
+        return len(values) - 1, 0.0
+    i = max(i, 0)
+    lo, hi = values[i], values[i + 1]
+    return i, (x - lo) / (hi - lo)
+
+
+def load_profiles(path: str | Path) -> dict[str, SensitivityProfile]:
+    """Load a profile file; raises ProfileError naming the file and the bad field."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    return parse_profiles(doc, origin=str(path))
+
+
+def parse_profiles(doc: Any, origin: str = "profiles") -> dict[str, SensitivityProfile]:
+    if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+        raise ProfileError(f"{origin}: field 'format' must be {FORMAT!r}")
+    models = doc.get("models")
+    if not isinstance(models, Mapping) or not models:
+        raise ProfileError(f"{origin}: field 'models' must be a non-empty object")
+    out: dict[str, SensitivityProfile] = {}
+    for name, entry in models.items():
+        try:
+            out[name] = SensitivityProfile.from_dict(name, entry)
+        except ProfileError as exc:
+            raise ProfileError(f"{origin}: {exc}") from None
+    return out
+
+
+def dump_profiles(profiles: Mapping[str, SensitivityProfile]) -> dict[str, Any]:
+    return {"format": FORMAT, "models": {name: p.to_dict() for name, p in profiles.items()}}
