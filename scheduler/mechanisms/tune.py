@@ -33,6 +33,18 @@ class Tune:
         return _TuneRound(inp, self.scorer).run(ordered)
 
 
+def pack_demands(
+    inp: RoundInput, runnable: Sequence[Job], demand: dict[int, tuple[float, float]],
+    scorer: Scorer = best_fit,
+) -> RoundOutput:
+    """TUNE's packing steps for given per-GPU demands instead of best-case ones.
+
+    Synergy-OPT places its ideal (program 1) allocations with it: the result is its warm
+    start, and its answer whenever it already is optimal for the placement program.
+    """
+    return _TuneRound(inp, scorer).pack(runnable, demand, {})
+
+
 class _TuneRound:
     """The state of one TUNE decision: what each placed job holds per GPU."""
 
@@ -48,6 +60,11 @@ class _TuneRound:
     def run(self, ordered: Sequence[Job]) -> RoundOutput:
         runnable, waiting = runnable_by_gpu(ordered, self.state.free_gpus)
         demand = {j.id: best_case_per_gpu(j, self.cluster) for j in runnable}
+        return self.pack(runnable, demand, waiting)
+
+    def pack(
+        self, runnable: Sequence[Job], demand: dict[int, tuple[float, float]], waiting: dict[int, str]
+    ) -> RoundOutput:
         for job in pack_order(runnable, demand):
             if not self._place(job, *demand[job.id]):
                 waiting[job.id] = f"no placement for {job.gpus} GPUs even at the proportional share"
@@ -129,12 +146,21 @@ class _TuneRound:
         return False
 
     def _revert_everywhere(self) -> None:
-        progress = True
-        while progress:
-            progress = False
-            for jid in sorted(self.per_gpu):
-                if self._above_prop(*self.per_gpu[jid]) and self._revert(jid):
-                    progress = True
+        """Switch every over-allocated job to proportional at once.
+
+        Reverting one job at a time can deadlock: a split job below proportional on CPU but
+        above on memory needs CPU back on a server whose CPU another over-allocated job holds,
+        and vice versa. Released together, every job holds at most its proportional share on
+        every server, which by construction fits.
+        """
+        st = self.state
+        cp, mp = self.prop
+        over = [jid for jid in sorted(self.per_gpu) if self._above_prop(*self.per_gpu[jid])]
+        released = {jid: st.release(jid) for jid in over}
+        for jid, old in released.items():
+            st.reserve(jid, tuple(Placement(p.server_id, p.gpus, cp * p.gpus, mp * p.gpus) for p in old))
+            self.per_gpu[jid] = (cp, mp)
+            self.reverted.add(jid)
 
     def _above_prop(self, c: float, m: float) -> bool:
         return c > self.prop[0] + EPS or m > self.prop[1] + EPS

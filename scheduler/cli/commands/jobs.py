@@ -1,0 +1,291 @@
+"""Job commands: submit, jobs, describe, cancel."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from synergy.scheduler.cli.connection import Client
+from synergy.scheduler.cli.errors import CliError, ExitCode
+from synergy.scheduler.cli.output import (
+    Result, enum_word, fmt_age, fmt_num, fmt_time, table, to_plain,
+)
+from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec
+from synergy.scheduler.cli.wire import spec_to_proto
+from synergy.v1 import admin_pb2, common_pb2
+
+Connect = Callable[[], Client]
+
+#: Spec fields that `submit` flags can set, and the flag named in error messages.
+SPEC_FLAGS: dict[str, str] = {
+    "name": "--name", "gpus": "--gpus", "working_dir": "--working-dir", "cpus": "--cpus",
+    "memory_gb": "--memory-gb", "model": "--model", "task": "--task", "profile": "--profile",
+    "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
+}
+STATES = [enum_word(common_pb2.JobState.DESCRIPTOR, v.number)
+          for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def register(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "submit", parents=common, help="submit a job from a YAML spec or from flags",
+        description="Submit a job. Give a YAML spec (docs/cli.md), flags, or both (flags override "
+                    "the file). The command runs without a shell: pass it as --command \"python "
+                    "train.py --lr 0.1\" (split like a shell would, but never run by one) or after "
+                    "'--' as separate arguments.",
+        epilog="examples:\n  synergy submit examples/jobs/resnet18.yaml\n"
+               "  synergy submit --name r18 --gpus 2 --model resnet18 -- python train.py --epochs 90",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", nargs="?", metavar="SPEC.yaml", help="job spec file (YAML)")
+    p.add_argument("--name", help="job name: 1-63 letters, digits, '.', '_', '-', starting with a letter")
+    p.add_argument("--gpus", type=int, help="GPUs the job needs (fixed for the whole run)")
+    p.add_argument("--command", dest="command_str", metavar="CMD",
+                   help="the command, as one string split into arguments shell-style (no shell runs it)")
+    p.add_argument("--working-dir", help="working directory on the node (default: the current directory)")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="extra environment variable for the job (repeatable)")
+    p.add_argument("--cpus", type=float, help="hint: CPU cores the whole job expects to need")
+    p.add_argument("--memory-gb", type=float, help="hint: host memory in GB the whole job expects to need")
+    p.add_argument("--model", help="model name, picks a sensitivity profile from the zoo (e.g. resnet18)")
+    p.add_argument("--task", help="task class when the model is not in the zoo: image, language or speech")
+    p.add_argument("--profile", metavar="FILE",
+                   help="profile file (synergy-profile/v1 JSON) measured beforehand; entry picked by --model")
+    p.add_argument("--iterations", type=int, help="total training steps (lets SRTF/FTF estimate remaining time)")
+    p.add_argument("--checkpoint-dir", help="where the job writes checkpoints (relative: to the working dir)")
+    p.add_argument("--priority", type=int, help="reserved: stored, ignored by the paper's policies (-1000..1000)")
+    p.add_argument("--min-gpus", type=int, help="elastic range lower bound (reserved: validated, not yet scheduled)")
+    p.add_argument("--max-gpus", type=int, help="elastic range upper bound (reserved: validated, not yet scheduled)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and print the spec that would be sent; do not contact synergyd")
+    p.set_defaults(func=submit, argv_command=None)
+
+    p = sub.add_parser("jobs", parents=common, help="list jobs",
+                       description="List jobs, oldest first, with why each queued job waits.")
+    p.add_argument("--state", action="append", choices=STATES, default=[],
+                   help="only jobs in this state (repeatable)")
+    p.add_argument("--active", action="store_true", help="only jobs that have not ended")
+    p.add_argument("--limit", type=int, default=0, help="at most this many, the most recent (0: all)")
+    p.set_defaults(func=list_jobs)
+
+    p = sub.add_parser("describe", parents=common, help="show one job with its state history",
+                       description="Show one job: spec, allocation, progress, why it waits, and every "
+                                   "state transition with its reason.")
+    p.add_argument("job", metavar="JOB", help="job id or name")
+    p.set_defaults(func=describe)
+
+    p = sub.add_parser("cancel", parents=common, help="cancel a job",
+                       description="Cancel a job: a queued job ends at once, a running job is told "
+                                   "to terminate and its resources are released.")
+    p.add_argument("job", metavar="JOB", help="job id or name")
+    p.add_argument("--reason", default="cancelled by the user", help="kept in the job's history")
+    p.set_defaults(func=cancel)
+
+
+# -- submit ------------------------------------------------------------------------------------
+def build_spec(args: argparse.Namespace) -> JobSpec:
+    """Merge the spec file and the flags (flags win) and validate the result."""
+    overrides: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    for key, flag in SPEC_FLAGS.items():
+        value = getattr(args, key)
+        if value is None:
+            continue
+        if key in ("working_dir", "checkpoint_dir", "profile"):
+            # Flags are relative to where the user typed them, not to the spec file.
+            value = str(Path(value).expanduser().absolute()) if key != "checkpoint_dir" else value
+        overrides[key], labels[key] = value, flag
+    if args.command_str is not None and args.argv_command:
+        raise CliError("give the command either with --command or after '--', not both", ExitCode.USAGE)
+    if args.command_str is not None:
+        overrides["command"], labels["command"] = args.command_str, "--command"
+    elif args.argv_command:
+        overrides["command"], labels["command"] = list(args.argv_command), "the command after '--'"
+    if args.min_gpus is not None or args.max_gpus is not None:
+        overrides["elastic"] = {"min_gpus": args.min_gpus, "max_gpus": args.max_gpus}
+        labels.update({"elastic": "--min-gpus/--max-gpus", "elastic.min_gpus": "--min-gpus",
+                       "elastic.max_gpus": "--max-gpus"})
+    flag_env = _parse_env_flags(args.env)
+    if flag_env:
+        overrides["env"] = flag_env
+        labels.update({f"env.{k}": f"--env {k}" for k in flag_env})
+    try:
+        if args.spec:
+            return load_spec(args.spec, overrides=overrides, labels=labels)
+        if flag_env:
+            labels["env"] = "--env"
+        missing = [f for f in ("name", "gpus", "command") if f not in overrides]
+        if missing:
+            need = ", ".join("--command (or '-- CMD...')" if f == "command" else f"--{f}" for f in missing)
+            raise CliError(f"submit needs a spec file or at least {need}", ExitCode.USAGE)
+        return parse_spec(overrides, origin="command line", labels=labels)
+    except SpecError as exc:
+        raise CliError(str(exc), ExitCode.USAGE) from None
+
+
+def _parse_env_flags(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--env {item!r} must look like NAME=value", ExitCode.USAGE)
+        out[key] = value
+    return out
+
+
+def submit(args: argparse.Namespace, connect: Connect) -> Result:
+    spec = build_spec(args)
+    if spec.elastic is not None:
+        print(f"synergy: note: elastic range {spec.elastic.min_gpus}..{spec.elastic.max_gpus} accepted "
+              f"but not yet scheduled; the job runs with a fixed {spec.gpus} GPU(s)", file=sys.stderr)
+    if args.dry_run:
+        return Result({"spec": spec.to_dict()}, _spec_view(spec))
+    with connect() as client:
+        job = client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_proto(spec))).job
+    line = Text.assemble("submitted job ", (str(job.id), "bold"), f" ({job.name}): ",
+                         (_state(job), _state_style(_state(job))))
+    if job.waiting_reason:
+        line.append(f"; waiting: {job.waiting_reason}")
+    return Result(_job_data(job), line)
+
+
+def _spec_view(spec: JobSpec) -> Table:
+    d = spec.to_dict()
+    if spec.profile is not None:
+        d["profile"] = f"{spec.profile.model} ({spec.profile.source or 'from file'})"
+    return _kv_table([(k, _show(v)) for k, v in d.items() if v not in (None, "", {}, [])])
+
+
+# -- jobs / describe / cancel ------------------------------------------------------------------
+def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
+    if args.limit < 0:
+        raise CliError("--limit must be 0 (no limit) or a positive integer", ExitCode.USAGE)
+    states = list(args.state)
+    if args.active:
+        states = [s for s in (states or STATES) if s not in TERMINAL]
+        if not states:
+            return Result({"jobs": []}, Text("no jobs"))
+    req = admin_pb2.ListJobsRequest(states=[_state_number(s) for s in states], limit=args.limit)
+    with connect() as client:
+        jobs = list(client.call("ListJobs", req).jobs)
+    rows = [
+        (j.id, j.name, Text(_state(j), style=_state_style(_state(j))), j.spec.gpus,
+         j.spec.model or "-", _where(j), j.steps_done or "-", fmt_age(j.submitted_at_unix_s),
+         j.waiting_reason if _state(j) == "queued" and j.waiting_reason else j.state_reason)
+        for j in jobs
+    ]
+    view = table(None, ["ID", "NAME", "STATE", "GPUS", "MODEL", "ALLOCATION", "STEPS", "AGE", "REASON"],
+                 rows) if rows else Text("no jobs")
+    return Result({"jobs": [_job_data(j) for j in jobs]}, view)
+
+
+def describe(args: argparse.Namespace, connect: Connect) -> Result:
+    with connect() as client:
+        job = client.call("DescribeJob", admin_pb2.DescribeJobRequest(job=args.job)).job
+    return Result(_job_data(job), _describe_view(job))
+
+
+def cancel(args: argparse.Namespace, connect: Connect) -> Result:
+    with connect() as client:
+        job = client.call("CancelJob", admin_pb2.CancelJobRequest(job=args.job, reason=args.reason)).job
+    return Result(_job_data(job), Text.assemble("job ", (str(job.id), "bold"), f" ({job.name}): ",
+                                                (_state(job), _state_style(_state(job)))))
+
+
+# -- views --------------------------------------------------------------------------------------
+def _job_data(job: admin_pb2.JobInfo) -> dict[str, Any]:
+    return to_plain(job)
+
+
+def _state(job: admin_pb2.JobInfo) -> str:
+    return enum_word(common_pb2.JobState.DESCRIPTOR, job.state)
+
+
+def _state_number(word: str) -> int:
+    return common_pb2.JobState.Value("JOB_STATE_" + word.upper())
+
+
+def _state_style(word: str) -> str:
+    return {"running": "green", "queued": "yellow", "preempted": "yellow", "failed": "red",
+            "cancelled": "dim", "succeeded": "blue"}.get(word, "")
+
+
+def _where(job: admin_pb2.JobInfo) -> str:
+    if not job.placements:
+        return "-"
+    return ", ".join(f"{p.node_id}:{p.gpus}g/{fmt_num(p.cpus)}c/{fmt_num(p.mem_gb)}G" for p in job.placements)
+
+
+def _describe_view(job: admin_pb2.JobInfo) -> Group:
+    s = job.spec
+    state = _state(job)
+    rows: list[tuple[str, Any]] = [
+        ("id", job.id), ("name", job.name),
+        ("state", Text(state, style=_state_style(state))),
+        ("reason", job.state_reason),
+    ]
+    if job.waiting_reason:
+        rows.append(("waiting", Text(job.waiting_reason, style="yellow")))
+    rows += [
+        ("command", " ".join(_quote(a) for a in s.command)),
+        ("working dir", s.working_dir or "(agent default)"),
+        ("gpus", s.gpus),
+        ("hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
+                                         s.mem_gb_hint and f"{fmt_num(s.mem_gb_hint)} GB") if x) or "-"),
+        ("model", " / ".join(x for x in (s.model, s.task) if x) or "-"),
+        ("profile", job.profile_source or "-"),
+        ("iterations", s.iterations or "-"),
+        ("checkpoint dir", s.checkpoint_dir or "-"),
+        ("priority", s.priority),
+        ("env", ", ".join(f"{k}={v}" for k, v in sorted(s.env.items())) or "-"),
+        ("submitted", fmt_time(job.submitted_at_unix_s)),
+        ("started", fmt_time(job.started_at_unix_s)),
+        ("finished", fmt_time(job.finished_at_unix_s)),
+        ("attempt", job.attempt), ("preemptions", job.preemptions),
+        ("progress", f"{job.steps_done} steps, {fmt_num(job.samples_per_s)} samples/s, "
+                     f"{fmt_num(job.attained_gpu_s)} GPU-s"),
+    ]
+    if job.last_checkpoint_path:
+        rows.append(("checkpoint", f"{job.last_checkpoint_path} (step {job.last_checkpoint_step})"))
+    if job.lease_expires_at_unix_s:
+        rows.append(("lease until", fmt_time(job.lease_expires_at_unix_s)))
+    if job.stop_at_step:
+        rows.append(("stopping at", f"step {job.stop_at_step}"))
+    if job.exit_code:
+        rows.append(("exit code", job.exit_code))
+    parts: list[Any] = [_kv_table(rows)]
+    if job.placements:
+        parts += [Text(""), table("Allocation", ["NODE", "GPUS", "CPUS", "MEM GB"],
+                                  [(p.node_id, p.gpus, fmt_num(p.cpus), fmt_num(p.mem_gb))
+                                   for p in job.placements])]
+    parts += [Text(""), table("History", ["TIME", "FROM", "TO", "REASON"], [
+        (fmt_time(t.at_unix_s), enum_word(common_pb2.JobState.DESCRIPTOR, t.from_state) if t.from_state else "-",
+         enum_word(common_pb2.JobState.DESCRIPTOR, t.to_state), t.reason) for t in job.history])]
+    return Group(*parts)
+
+
+def _kv_table(rows: list[tuple[str, Any]]) -> Table:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    for key, value in rows:
+        t.add_row(key, value if isinstance(value, Text) else str(value))
+    return t
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(_quote(str(v)) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _quote(arg: str) -> str:
+    return shlex.quote(arg)

@@ -1,0 +1,111 @@
+"""Finding synergyd and its admin token, and calling it.
+
+Resolution order, first hit wins (docs/cli.md):
+  address: --address, $SYNERGY_ADDRESS, the `address` file in the state dir;
+  token:   --token-file, $SYNERGY_TOKEN (the token itself), the admin token file in the
+           state dir;
+  state dir: --state-dir, $SYNERGY_STATE_DIR, synergyd's default (~/.local/state/synergy).
+so a user on the daemon's machine needs no flags at all once SYNERGY_STATE_DIR is set,
+and a script elsewhere passes the address and token explicitly.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import grpc
+
+from synergy.scheduler.cli.errors import CliError, ExitCode, from_rpc_error
+from synergy.scheduler.daemon.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, default_state_dir
+from synergy.v1 import admin_pb2_grpc
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to call and with which credentials; `origin` says where the address came from."""
+
+    address: str
+    origin: str
+    token: str = field(default="", repr=False)
+    tls_ca: str = ""
+
+
+def resolve_target(address: str | None, state_dir: str | None, token_file: str | None,
+                   tls_ca: str | None = None, environ: Mapping[str, str] | None = None) -> Target:
+    env = os.environ if environ is None else environ
+    state = state_dir or env.get("SYNERGY_STATE_DIR") or str(default_state_dir())
+    origin = "--address" if address else ""
+    if not address and env.get("SYNERGY_ADDRESS"):
+        address, origin = env["SYNERGY_ADDRESS"], "SYNERGY_ADDRESS"
+    if not address:
+        address_path = Path(state) / ADDRESS_FILE
+        address = _read_secretless(
+            address_path, what="synergyd address",
+            hint=f"is synergyd running with --state-dir {state}? else pass --address or set SYNERGY_ADDRESS")
+        origin = str(address_path)
+    return Target(address=address.strip(), origin=origin, token=_resolve_token(token_file, state, env),
+                  tls_ca=tls_ca or env.get("SYNERGY_TLS_CA", ""))
+
+
+def _resolve_token(token_file: str | None, state: str, env: Mapping[str, str]) -> str:
+    if token_file:
+        return _read_secretless(Path(token_file), what="admin token", hint="check --token-file")
+    if env.get("SYNERGY_TOKEN"):
+        return env["SYNERGY_TOKEN"].strip()
+    path = Path(state) / ADMIN_TOKEN_FILE
+    if path.exists():
+        return _read_secretless(path, what="admin token", hint="it is readable by its owner only")
+    # No token: the daemon answers UNAUTHENTICATED, which errors.py words with the fix.
+    return ""
+
+
+def _read_secretless(path: Path, *, what: str, hint: str) -> str:
+    """Read a small file; the error names the path, never the content (it may be a token)."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise CliError(f"cannot read the {what}: {path} does not exist ({hint})", ExitCode.UNREACHABLE) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or "not a text file"
+        raise CliError(f"cannot read the {what} from {path}: {why} ({hint})", ExitCode.UNREACHABLE) from None
+    if not text:
+        raise CliError(f"the {what} file {path} is empty ({hint})", ExitCode.UNREACHABLE)
+    return text
+
+
+class Client:
+    """The admin stub with the token attached and gRPC failures turned into CliError."""
+
+    def __init__(self, target: Target, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        if target.tls_ca:
+            try:
+                root = Path(target.tls_ca).read_bytes()
+            except OSError as exc:
+                raise CliError(f"cannot read the TLS CA file {target.tls_ca}: {exc.strerror}",
+                               ExitCode.USAGE) from None
+            self._channel = grpc.secure_channel(target.address, grpc.ssl_channel_credentials(root))
+        else:
+            self._channel = grpc.insecure_channel(target.address)
+        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {target.token}"),) if target.token else ()
+
+    def call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, self.target.address, self.timeout_s) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

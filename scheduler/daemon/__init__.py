@@ -1,0 +1,1 @@
+"""synergyd: the gRPC scheduler daemon around the pure scheduling core."""

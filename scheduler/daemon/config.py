@@ -1,0 +1,219 @@
+"""synergyd's settings: flags, an optional TOML file, and the timings derived from the round.
+
+Precedence: command-line flag > `--config FILE.toml` > default. TOML keys are the flag names
+without dashes prefix, with `-` or `_` (`round-s = 60` or `round_s = 60`). Every setting is
+validated here, so a bad value stops the daemon with one line naming the flag.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+from synergy.scheduler.daemon.statedir import default_state_dir
+from synergy.scheduler.registry import MECHANISMS, POLICIES
+
+
+class ConfigError(ValueError):
+    """One line naming the flag (or TOML key) and what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 50051
+    metrics_port: int | None = None
+    policy: str = "fifo"
+    mechanism: str = "tune"
+    round_s: float = 300.0
+    max_job_gpus: int = 64
+    profiles: Path | None = None
+    cluster_token_file: Path | None = None
+    admin_token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    lease_grace_s: float | None = None
+    node_timeout_s: float | None = None
+    launch_timeout_s: float | None = None
+    stop_timeout_s: float | None = None
+    plan_lead_s: float | None = None
+    max_message_mb: float = 4.0
+    log_level: str = "info"
+    log_format: str = "json"
+
+    # -- timings derived from the round length (each overridable) ------------------------
+    @property
+    def renew_interval_s(self) -> float:
+        """How often job processes renew: ten times a round, between 0.1 s and 30 s."""
+        return min(30.0, max(0.1, self.round_s / 10))
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        return min(10.0, max(0.1, self.round_s / 10))
+
+    @property
+    def lease_grace(self) -> float:
+        """A rank silent this long is lost (three missed renewals, at least 2 s)."""
+        return self.lease_grace_s if self.lease_grace_s is not None else max(3 * self.renew_interval_s, 2.0)
+
+    @property
+    def node_timeout(self) -> float:
+        return self.node_timeout_s if self.node_timeout_s is not None else max(3 * self.heartbeat_interval_s, 3.0)
+
+    @property
+    def launch_timeout(self) -> float:
+        """Time from a launch decision to the first renewal of every rank."""
+        return self.launch_timeout_s if self.launch_timeout_s is not None else max(120.0, self.round_s)
+
+    @property
+    def stop_timeout(self) -> float:
+        """Time a job has to checkpoint and exit before its agent kills it."""
+        return self.stop_timeout_s if self.stop_timeout_s is not None else max(120.0, self.round_s / 2)
+
+    @property
+    def plan_lead(self) -> float:
+        """How long before the boundary the next round is decided."""
+        return self.plan_lead_s if self.plan_lead_s is not None else min(30.0, self.round_s / 10)
+
+
+HELP: dict[str, str] = {
+    "state_dir": "directory for the SQLite state, tokens, lock and address files "
+    "(default: $SYNERGY_STATE_DIR or ~/.local/state/synergy)",
+    "host": "interface to listen on (default 127.0.0.1; use 0.0.0.0 for agents on other machines)",
+    "port": "gRPC port; 0 picks a free one, printed and written to STATE_DIR/address (default 50051)",
+    "metrics_port": "HTTP port for Prometheus /metrics and /healthz; 0 picks a free one, written to "
+    "STATE_DIR/metrics_address (default: off)",
+    "config": "TOML file with any of these settings (keys are flag names); flags win over the file",
+    "policy": f"scheduling policy: {', '.join(POLICIES)} (default fifo; changeable at runtime)",
+    "mechanism": f"allocation mechanism: {', '.join(MECHANISMS)} (default tune)",
+    "round_s": "round length in seconds: allocations are decided and leases expire per round (default 300)",
+    "max_job_gpus": "largest GPU count one job may request; larger requests are rejected (default 64)",
+    "profiles": "JSON sensitivity-profile file merged over the built-in model zoo",
+    "cluster_token_file": "file holding the token agents present (default STATE_DIR/cluster.token, "
+    "generated on first start)",
+    "admin_token_file": "file holding the token the CLI presents (default STATE_DIR/admin.token, "
+    "generated on first start)",
+    "tls_cert": "PEM server certificate: serve TLS instead of plaintext (needs --tls-key)",
+    "tls_key": "PEM private key of --tls-cert",
+    "tls_client_ca": "PEM CA: agents must present a client certificate it signed (mutual TLS)",
+    "lease_grace_s": "a job rank that has not renewed for this long is lost and requeued "
+    "(default: 3 renew intervals, at least 2 s)",
+    "node_timeout_s": "a node without heartbeat for this long is lost and its jobs requeued "
+    "(default: 3 heartbeat intervals, at least 3 s)",
+    "launch_timeout_s": "time from a launch decision to every rank's first renewal "
+    "(default: max(120, round))",
+    "stop_timeout_s": "time a job asked to stop has to checkpoint and exit before its agent kills it "
+    "(default: max(120, round/2))",
+    "plan_lead_s": "decide the next round this long before its boundary (default: round/10, at most 30)",
+    "max_message_mb": "largest gRPC message accepted, in MiB (default 4)",
+    "log_level": "debug, info, warning or error (default info)",
+    "log_format": "json (one object per line, default) or text",
+}
+
+_PATHS = {"state_dir", "profiles", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca"}
+_TYPES: dict[str, type] = {f.name: f.type for f in fields(DaemonConfig)}  # type: ignore[misc]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="synergyd",
+        description="Synergy scheduler daemon: resource-sensitive rounds over gRPC "
+        "(services JobService, NodeService, AdminService; see docs/daemon.md).",
+        argument_default=argparse.SUPPRESS,
+    )
+    for name, text in HELP.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "config":
+            parser.add_argument(flag, metavar="FILE.toml", help=text)
+            continue
+        kind = _TYPES[name]
+        metavar = "DIR" if name == "state_dir" else ("FILE" if name in _PATHS else None)
+        convert: Any = str
+        if "float" in str(kind):
+            convert = float
+        elif "int" in str(kind):
+            convert = int
+        parser.add_argument(flag, dest=name, type=convert, metavar=metavar, help=text)
+    return parser
+
+
+def load_config(argv: Sequence[str] | None = None) -> DaemonConfig:
+    """Flags over TOML over defaults; raises ConfigError naming the bad setting."""
+    args = vars(build_parser().parse_args(argv))
+    values: dict[str, Any] = {}
+    config_file = args.pop("config", None)
+    if config_file is not None:
+        values.update(_read_toml(Path(config_file)))
+    values.update(args)
+    values.setdefault("state_dir", str(default_state_dir()))
+    for key in _PATHS:
+        if values.get(key) is not None:
+            values[key] = Path(str(values[key])).expanduser()
+    config = DaemonConfig(**values)
+    _validate(config)
+    return config
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {path}: not valid TOML ({exc})") from None
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = key.replace("-", "_")
+        if name not in HELP or name == "config":
+            raise ConfigError(f"--config {path}: unknown key {key!r}")
+        kind = str(_TYPES[name])
+        ok = (
+            isinstance(value, str)
+            if name in _PATHS or kind.startswith("str")
+            else isinstance(value, (int, float)) and not isinstance(value, bool)
+        )
+        if not ok:
+            raise ConfigError(f"--config {path}: key {key!r} has the wrong type ({type(value).__name__})")
+        out[name] = value
+    return out
+
+
+def _validate(c: DaemonConfig) -> None:
+    def positive(flag: str, v: float | None) -> None:
+        if v is not None and (not math.isfinite(v) or v <= 0):
+            raise ConfigError(f"--{flag} must be a positive number, got {v}")
+
+    if c.policy not in POLICIES:
+        raise ConfigError(f"--policy: unknown policy {c.policy!r}; choose one of {', '.join(POLICIES)}")
+    if c.mechanism not in MECHANISMS:
+        raise ConfigError(f"--mechanism: unknown mechanism {c.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    for flag, port in (("port", c.port), ("metrics-port", c.metrics_port)):
+        if port is not None and not 0 <= int(port) <= 65535:
+            raise ConfigError(f"--{flag} must be between 0 and 65535, got {port}")
+    positive("round-s", c.round_s)
+    positive("lease-grace-s", c.lease_grace_s)
+    positive("node-timeout-s", c.node_timeout_s)
+    positive("launch-timeout-s", c.launch_timeout_s)
+    positive("stop-timeout-s", c.stop_timeout_s)
+    positive("max-message-mb", c.max_message_mb)
+    if c.plan_lead_s is not None and not (0 <= c.plan_lead_s < c.round_s):
+        raise ConfigError(f"--plan-lead-s must be >= 0 and below --round-s, got {c.plan_lead_s}")
+    if c.max_job_gpus < 1:
+        raise ConfigError(f"--max-job-gpus must be at least 1, got {c.max_job_gpus}")
+    if (c.tls_cert is None) != (c.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if c.tls_client_ca is not None and c.tls_cert is None:
+        raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+    if c.log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"--log-level must be debug, info, warning or error, got {c.log_level!r}")
+    if c.log_format not in ("json", "text"):
+        raise ConfigError(f"--log-format must be json or text, got {c.log_format!r}")
+    for name in ("profiles", "tls_cert", "tls_key", "tls_client_ca", "cluster_token_file", "admin_token_file"):
+        path = getattr(c, name)
+        if path is not None and name not in ("cluster_token_file", "admin_token_file") and not path.is_file():
+            raise ConfigError(f"--{name.replace('_', '-')}: no such file {path}")

@@ -1,0 +1,228 @@
+"""What the daemon persists: jobs with their lifecycle history, and nodes.
+
+Records are frozen dataclasses: the logic builds a changed copy with `dataclasses.replace`
+and hands it to the store, which commits it before the in-memory view changes. A failed
+commit therefore leaves both the database and the memory as they were.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Mapping
+
+from synergy.scheduler.model import Placement, Resources
+
+
+class JobState(str, enum.Enum):
+    SUBMITTED = "submitted"
+    PROFILING = "profiling"
+    QUEUED = "queued"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+#: The lifecycle graph (docs/daemon.md). Any other transition is a bug and raises.
+ALLOWED: dict[JobState | None, frozenset[JobState]] = {
+    None: frozenset({JobState.SUBMITTED}),
+    JobState.SUBMITTED: frozenset({JobState.PROFILING, JobState.CANCELLED}),
+    JobState.PROFILING: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {JobState.PREEMPTED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.PREEMPTED: frozenset({JobState.QUEUED, JobState.CANCELLED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class AdminState(str, enum.Enum):
+    """What an admin set on a node; liveness (lost or not) is tracked separately."""
+
+    READY = "ready"
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The user's request, as validated at submit (field meanings: protos/synergy/v1/admin.proto)."""
+
+    name: str
+    command: tuple[str, ...]
+    gpus: int
+    working_dir: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    cpus_hint: float = 0.0
+    mem_gb_hint: float = 0.0
+    model: str = ""
+    task: str = ""
+    checkpoint_dir: str = ""
+    priority: int = 0
+    iterations: int = 0
+    min_gpus: int = 0
+    max_gpus: int = 0
+    #: A profile supplied with the job, in the JSON profile format's per-model form.
+    profile: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    from_state: JobState | None
+    to_state: JobState
+    reason: str
+    at_s: float
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    spec: JobSpec
+    #: Secret handed to the job's processes through the agent; never logged.
+    token: str
+    submitted_at: float
+    state: JobState
+    history: tuple[Transition, ...] = ()
+    waiting_reason: str = ""
+    #: Profile reported by the iterator (per-model JSON form); beats the spec's and the zoo's.
+    reported_profile: Mapping[str, Any] | None = None
+    profile_source: str = ""
+    #: Desired allocation while RUNNING (empty otherwise).
+    placements: tuple[Placement, ...] = ()
+    attempt: int = 0
+    round_index: int = 0
+    #: Set when the job must give its resources back (round, drain, cancel): why.
+    stop_reason: str = ""
+    stop_requested_at: float = 0.0
+    #: The agreed last step of a cooperative stop (0 = not agreed yet).
+    stop_at_step: int = 0
+    #: Allocation to relaunch with as soon as the current attempt has exited (migration).
+    next_placements: tuple[Placement, ...] = ()
+    steps_done: int = 0
+    samples_per_s: float = 0.0
+    attained_gpu_s: float = 0.0
+    preemptions: int = 0
+    checkpoint_path: str = ""
+    checkpoint_step: int = 0
+    exit_code: int = 0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def reason(self) -> str:
+        return self.history[-1].reason if self.history else ""
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self.stop_reason)
+
+    def to(self, state: JobState, reason: str, now: float, **changes: Any) -> JobRecord:
+        """This job after a lifecycle transition (kept in the history with its reason)."""
+        if state not in ALLOWED[self.state]:
+            raise ValueError(f"job {self.id}: illegal transition {self.state.value} -> {state.value}")
+        extra: dict[str, Any] = {}
+        if state.terminal:
+            extra["finished_at"] = now
+        if state != JobState.RUNNING:
+            extra.update(placements=(), stop_reason="", stop_requested_at=0.0, stop_at_step=0)
+        if state.terminal:
+            extra["next_placements"] = ()
+        extra.update(changes)
+        return replace(
+            self,
+            state=state,
+            history=self.history + (Transition(self.state, state, reason, now),),
+            **extra,
+        )
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A node as registered by its agent (GPU details are display-only)."""
+
+    id: str
+    hostname: str
+    capacity: Resources
+    reserved: Resources
+    admin_state: AdminState = AdminState.READY
+    admin_reason: str = ""
+    gpus: tuple[Mapping[str, Any], ...] = ()
+    agent_version: str = ""
+    registered_at: float = 0.0
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.capacity - self.reserved
+
+
+# -- JSON codecs for the SQLite store ---------------------------------------------------------
+
+
+def job_to_dict(job: JobRecord) -> dict[str, Any]:
+    d = asdict(job)
+    d["state"] = job.state.value
+    d["spec"]["env"] = [list(kv) for kv in job.spec.env]
+    d["spec"]["profile"] = dict(job.spec.profile) if job.spec.profile is not None else None
+    d["history"] = [
+        {
+            "from": t.from_state.value if t.from_state else None,
+            "to": t.to_state.value,
+            "reason": t.reason,
+            "at": t.at_s,
+        }
+        for t in job.history
+    ]
+    return d
+
+
+def job_from_dict(d: Mapping[str, Any]) -> JobRecord:
+    spec = dict(d["spec"])
+    spec["command"] = tuple(spec["command"])
+    spec["env"] = tuple((k, v) for k, v in spec["env"])
+    history = tuple(
+        Transition(JobState(t["from"]) if t["from"] else None, JobState(t["to"]), t["reason"], t["at"])
+        for t in d["history"]
+    )
+    fields = dict(d)
+    fields.update(
+        spec=JobSpec(**spec),
+        state=JobState(d["state"]),
+        history=history,
+        placements=_placements(d["placements"]),
+        next_placements=_placements(d["next_placements"]),
+    )
+    return JobRecord(**fields)
+
+
+def _placements(items: Any) -> tuple[Placement, ...]:
+    return tuple(Placement(p["server_id"], int(p["gpus"]), float(p["cpus"]), float(p["mem_gb"])) for p in items)
+
+
+def node_to_dict(node: NodeRecord) -> dict[str, Any]:
+    d = asdict(node)
+    d["admin_state"] = node.admin_state.value
+    d["gpus"] = [dict(g) for g in node.gpus]
+    return d
+
+
+def node_from_dict(d: Mapping[str, Any]) -> NodeRecord:
+    fields = dict(d)
+    fields.update(
+        capacity=Resources(**d["capacity"]),
+        reserved=Resources(**d["reserved"]),
+        admin_state=AdminState(d["admin_state"]),
+        gpus=tuple(d["gpus"]),
+    )
+    return NodeRecord(**fields)

@@ -1,0 +1,51 @@
+"""The state-store interface: one protocol, an in-memory and an SQLite backend.
+
+The same daemon code runs on both (unit tests use memory, `synergyd` uses SQLite). Reads
+come from memory in both backends, so lease renewals and heartbeats never touch the disk;
+writes are committed by the SQLite backend before they become visible, which is what
+"acknowledged only after it is durable" rests on.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+from synergy.scheduler.daemon.records import JobRecord, NodeRecord
+
+
+class StateStore(Protocol):
+    def jobs(self) -> list[JobRecord]:
+        """Every job, ordered by id."""
+        ...
+
+    def job(self, job_id: int) -> JobRecord | None:
+        ...
+
+    def jobs_named(self, name: str) -> list[JobRecord]:
+        """Jobs with this name, oldest first (names are reusable once a job has ended)."""
+        ...
+
+    def next_job_id(self) -> int:
+        ...
+
+    def save_jobs(self, jobs: Iterable[JobRecord]) -> None:
+        """Insert or replace, all in one transaction."""
+        ...
+
+    def nodes(self) -> list[NodeRecord]:
+        """Every node, ordered by id."""
+        ...
+
+    def node(self, node_id: str) -> NodeRecord | None:
+        ...
+
+    def save_nodes(self, nodes: Iterable[NodeRecord]) -> None:
+        ...
+
+    def setting(self, key: str) -> str | None:
+        ...
+
+    def save_setting(self, key: str, value: str) -> None:
+        ...
+
+    def close(self) -> None:
+        ...

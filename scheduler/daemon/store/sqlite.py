@@ -1,0 +1,106 @@
+"""SQLite state store (WAL): the daemon's default, one file in --state-dir.
+
+Every write is one transaction committed (synchronous=FULL) before the in-memory view is
+updated and before the RPC that caused it is answered, so `kill -9` at any instant leaves
+either the old or the new state, never half of a round.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Iterable
+
+from synergy.scheduler.daemon.records import (
+    JobRecord,
+    NodeRecord,
+    job_from_dict,
+    job_to_dict,
+    node_from_dict,
+    node_to_dict,
+)
+from synergy.scheduler.daemon.store.memory import MemoryStore
+
+SCHEMA_VERSION = "1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs(name);
+CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+class SqliteStore(MemoryStore):
+    """Write-through: SQLite is the truth, the inherited MemoryStore is the read cache."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+        found = self._db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone()
+        if found is None:
+            self._commit([("INSERT INTO settings VALUES ('schema_version', ?)", (SCHEMA_VERSION,))])
+        elif found[0] != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema version {found[0]}, this synergyd reads {SCHEMA_VERSION}")
+        self._load()
+
+    def _load(self) -> None:
+        rows = self._db.execute("SELECT body FROM jobs ORDER BY id").fetchall()
+        self._remember_jobs([job_from_dict(json.loads(b)) for (b,) in rows])
+        for (b,) in self._db.execute("SELECT body FROM nodes ORDER BY id"):
+            MemoryStore.save_nodes(self, [node_from_dict(json.loads(b))])
+        for k, v in self._db.execute("SELECT key, value FROM settings"):
+            MemoryStore.save_setting(self, k, v)
+
+    def _commit(self, statements: list[tuple[str, tuple]]) -> None:
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, args in statements:
+                cur.execute(sql, args)
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+
+    def save_jobs(self, jobs: Iterable[JobRecord]) -> None:
+        jobs = list(jobs)
+        if not jobs:
+            return
+        self._commit(
+            [
+                (
+                    "INSERT OR REPLACE INTO jobs (id, name, state, body) VALUES (?, ?, ?, ?)",
+                    (j.id, j.name, j.state.value, json.dumps(job_to_dict(j), separators=(",", ":"))),
+                )
+                for j in jobs
+            ]
+        )
+        super().save_jobs(jobs)
+
+    def save_nodes(self, nodes: Iterable[NodeRecord]) -> None:
+        nodes = list(nodes)
+        if not nodes:
+            return
+        self._commit(
+            [
+                ("INSERT OR REPLACE INTO nodes (id, body) VALUES (?, ?)", (n.id, json.dumps(node_to_dict(n))))
+                for n in nodes
+            ]
+        )
+        super().save_nodes(nodes)
+
+    def save_setting(self, key: str, value: str) -> None:
+        self._commit([("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))])
+        super().save_setting(key, value)
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,293 @@
+"""The event loop: simulated time, the scheduling core, and nothing else.
+
+Time advances over three kinds of events: arrivals (admitted at the next round boundary),
+round boundaries (where `Scheduler.schedule` decides the next round, exactly as the daemon
+does), and completions (at the exact instant a job's last iteration ends; its resources
+stay idle until the next boundary, as they would with leases).
+
+Between boundaries a running job advances at `iterations_per_s(job, speed(job, alloc))`.
+Progress is kept as (rate, t0, done0): the work done at time t is done0 + rate * (t - t0),
+re-based only when the job's rate changes. The answer therefore does not depend on how
+many boundaries the loop visits, which is what makes skipping idle boundaries exact.
+
+Memoisation (on by default, `memoise=False` turns it off for checking): the core is not
+called when its answer is provably the one it gave last time. That holds when
+  * the mechanism's allocations depend only on the policy's ordered list of jobs and on
+    the jobs' static fields (id, GPUs, profile), never on progress, time or `previous`
+    (ORDER_ONLY_MECHANISMS, checked against their code), and
+  * the policy returns the same order: for STATIC_ORDER_POLICIES that is whenever the set
+    of active jobs is unchanged; for other policies the order is computed and compared.
+With a static-order policy the loop then jumps straight to the next boundary at which an
+arrival or a completion changes the set, so a stretch of identical rounds costs O(1).
+tests/test_simulator.py runs every policy and mechanism with and without memoisation and
+requires identical results.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from synergy.scheduler.core import Scheduler
+from synergy.scheduler.mechanisms.greedy import Greedy
+from synergy.scheduler.mechanisms.proportional import Proportional
+from synergy.scheduler.mechanisms.tune import Tune
+from synergy.scheduler.model import Allocation, Cluster, Job, RoundInput, RoundOutput
+from synergy.scheduler.policies.drf import Drf
+from synergy.scheduler.policies.fifo import Fifo
+from synergy.scheduler.throughput import iterations_per_s, speed
+
+#: Mechanisms whose allocations are a function of (ordered jobs' id/gpus/profile, cluster).
+ORDER_ONLY_MECHANISMS: tuple[type, ...] = (Proportional, Greedy, Tune)
+#: Policies whose order depends only on fields that never change while a job is active.
+STATIC_ORDER_POLICIES: tuple[type, ...] = (Fifo, Drf)
+
+DEFAULT_ROUND_S = 300.0
+#: Safety stop: two simulated years, far beyond any sensible experiment.
+DEFAULT_MAX_TIME_S = 2 * 365 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    round_s: float = DEFAULT_ROUND_S
+    max_time_s: float = DEFAULT_MAX_TIME_S
+    #: The run ends once these jobs have completed; None means every job.
+    stop_after: frozenset[int] | None = None
+    memoise: bool = True
+
+
+@dataclass
+class JobRecord:
+    id: int
+    model: str
+    gpus: int
+    arrival_s: float
+    first_start_s: float | None = None
+    completion_s: float | None = None
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.completion_s is None else self.completion_s - self.arrival_s
+
+
+@dataclass
+class SimResult:
+    records: dict[int, JobRecord]
+    capacity: tuple[float, float, float]
+    #: Step function of allocated (gpus, cpus, mem_gb): each row holds until the next.
+    timeline: list[tuple[float, float, float, float]]
+    end_s: float
+    #: Round boundaries passed with jobs in the system, and how many called the core.
+    rounds: int
+    decisions: int
+    #: "completed", "time_limit" (max_time_s reached) or "stalled" (nothing can ever run).
+    stopped: str
+    unfinished: tuple[int, ...] = field(default_factory=tuple)
+
+
+class _Running:
+    """A job holding an allocation: its progress line and what it holds."""
+
+    __slots__ = ("job", "rate", "t0", "done0", "att0", "finish", "k_done", "held")
+
+    def __init__(self, job: Job, t0: float) -> None:
+        self.job = job
+        self.rate = 0.0
+        self.t0 = t0
+        self.done0 = job.done_iterations
+        self.att0 = job.attained_gpu_s
+        self.finish = math.inf
+        self.k_done = math.inf
+        self.held = (0.0, 0.0, 0.0)
+
+    def rebase(self, t: float) -> None:
+        self.done0 += self.rate * (t - self.t0)
+        self.att0 += self.job.gpus * (t - self.t0)
+        self.t0 = t
+
+    def materialise(self, t: float) -> None:
+        """Write progress at time t into the Job, which is what the core reads."""
+        self.job.done_iterations = self.done0 + self.rate * (t - self.t0)
+        self.job.attained_gpu_s = self.att0 + self.job.gpus * (t - self.t0)
+
+
+class Simulation:
+    """One run over one workload. Jobs are mutated (progress) and must not be shared."""
+
+    def __init__(self, scheduler: Scheduler, cluster: Cluster, jobs: Sequence[Job],
+                 config: EngineConfig = EngineConfig()) -> None:
+        if config.round_s <= 0:
+            raise ValueError("round_s must be positive")
+        self.scheduler = scheduler
+        self.cluster = cluster
+        self.config = config
+        self.pending = sorted(jobs, key=lambda j: (j.arrival_s, j.id))
+        self.records = {j.id: JobRecord(j.id, j.model, j.gpus, j.arrival_s) for j in jobs}
+        total = cluster.total
+        self.capacity = (float(total.gpus), float(total.cpus), float(total.mem_gb))
+        self.order_only = isinstance(scheduler.mechanism, ORDER_ONLY_MECHANISMS)
+        self.static_order = isinstance(scheduler.policy, STATIC_ORDER_POLICIES)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        cfg = self.config
+        R = cfg.round_s
+        pending = self.pending
+        n = len(pending)
+        stop_ids = cfg.stop_after if cfg.stop_after is not None else frozenset(self.records)
+        left = len(stop_ids & self.records.keys())
+        k_limit = self._boundary(cfg.max_time_s)
+        memo = cfg.memoise and self.order_only
+
+        active: dict[int, Job] = {}
+        running: dict[int, _Running] = {}
+        timeline: list[tuple[float, float, float, float]] = [(0.0, 0.0, 0.0, 0.0)]
+        active_jobs: tuple[Job, ...] = ()
+        version = 0  # bumps whenever the active set changes
+        last_version, last_order = -1, None
+        previous: dict[int, Allocation] = {}
+        rounds = decisions = 0
+        stopped, end_s = "completed", 0.0
+        p, k = 0, 0
+
+        while left > 0:
+            t = k * R
+            while p < n and pending[p].arrival_s <= t:
+                job = pending[p]
+                active[job.id] = job
+                p += 1
+                version += 1
+            if not active:
+                if p == n:
+                    stopped = "stalled"  # jobs to wait for, none left to arrive: cannot happen
+                    break
+                k = self._boundary(pending[p].arrival_s)
+                continue
+            if k >= k_limit:
+                stopped = "time_limit"
+                break
+
+            # Decide the round, or prove that the last decision still holds.
+            out: RoundOutput | None = None
+            if not memo:
+                out = self._call_core(t, active, running, previous)
+            elif self.static_order:
+                if version != last_version:
+                    out = self._call_core(t, active, running, previous)
+            else:
+                for r in running.values():
+                    r.materialise(t)
+                order = tuple(j.id for j in self.scheduler.policy.order(list(active.values()), t, self.cluster))
+                if version != last_version or order != last_order:
+                    out = self._call_core(t, active, running, previous)
+                last_order = order
+            if out is not None:
+                decisions += 1
+                last_version = version
+                previous = out.allocations
+                self._apply(out, t, active, running, timeline)
+
+            # The next boundary at which anything can change.
+            if not running:
+                # An idle cluster on which the core placed nothing stays so until a job
+                # arrives (placing on an empty cluster does not depend on the order).
+                if p == n:
+                    stopped = "stalled"
+                    break
+                k_next = max(k + 1, self._boundary(pending[p].arrival_s))
+            elif memo and self.static_order:
+                k_next = min(r.k_done for r in running.values())
+                if p < n:
+                    k_next = min(k_next, self._boundary(pending[p].arrival_s))
+                k_next = max(k + 1, k_next)
+            else:
+                k_next = k + 1
+            k_next = min(k_next, max(k + 1, k_limit))
+            rounds += k_next - k
+
+            # Completions before that boundary, in time order.
+            done = [r for r in running.values() if r.k_done <= k_next]
+            if done:
+                done.sort(key=lambda r: (r.finish, r.job.id))
+                g, c, m = timeline[-1][1:]
+                for r in done:
+                    job = r.job
+                    job.done_iterations = job.iterations
+                    job.attained_gpu_s = r.att0 + job.gpus * (r.finish - r.t0)
+                    self.records[job.id].completion_s = r.finish
+                    del running[job.id]
+                    del active[job.id]
+                    g, c, m = g - r.held[0], c - r.held[1], m - r.held[2]
+                    timeline.append((r.finish, g, c, m))
+                    end_s = max(end_s, r.finish)
+                    if job.id in stop_ids:
+                        left -= 1
+                version += 1
+            k = k_next
+
+        unfinished = tuple(sorted(i for i in stop_ids if i in self.records and self.records[i].completion_s is None))
+        if stopped == "time_limit":
+            end_s = max(end_s, k * R)
+        return SimResult(self.records, self.capacity, timeline, end_s, rounds, decisions, stopped, unfinished)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _boundary(self, t: float) -> int:
+        """Index of the first round boundary at or after t (the one test used everywhere)."""
+        if math.isinf(t):
+            return 1 << 62
+        R = self.config.round_s
+        k = math.ceil(t / R)
+        if k > 0 and (k - 1) * R >= t:
+            k -= 1
+        elif k * R < t:
+            k += 1
+        return k
+
+    def _call_core(self, t: float, active: dict[int, Job], running: dict[int, _Running],
+                   previous: dict[int, Allocation]) -> RoundOutput:
+        for r in running.values():  # the policy may read progress (SRTF, LAS, FTF)
+            r.materialise(t)
+        inp = RoundInput(t, self.cluster, list(active.values()), previous, self.config.round_s)
+        return self.scheduler.schedule(inp)
+
+    def _apply(self, out: RoundOutput, t: float, active: dict[int, Job],
+               running: dict[int, _Running], timeline: list[tuple[float, float, float, float]]) -> None:
+        allocs = out.allocations
+        for jid in [jid for jid in running if jid not in allocs]:
+            r = running.pop(jid)  # preempted: progress stops here
+            r.rebase(t)
+            r.materialise(t)
+        g = c = m = 0.0
+        for jid, alloc in allocs.items():
+            r = running.get(jid)
+            job = active[jid]
+            if r is None:
+                r = running[jid] = _Running(job, t)
+                rec = self.records[jid]
+                if rec.first_start_s is None:
+                    rec.first_start_s = t
+            rate = iterations_per_s(job, speed(job, alloc))
+            if rate != r.rate:
+                r.rebase(t)
+                r.rate = rate
+                if rate > 0:
+                    r.finish = r.t0 + (job.iterations - r.done0) / rate
+                    r.k_done = self._boundary(r.finish)
+                else:
+                    r.finish, r.k_done = math.inf, math.inf
+            held = _totals(alloc)
+            r.held = held
+            g += held[0]
+            c += held[1]
+            m += held[2]
+        if (g, c, m) != timeline[-1][1:]:
+            timeline.append((t, g, c, m))
+
+
+def _totals(alloc: Allocation) -> tuple[float, float, float]:
+    g = c = m = 0.0
+    for p in alloc.placements:
+        g += p.gpus
+        c += p.cpus
+        m += p.mem_gb
+    return g, c, m

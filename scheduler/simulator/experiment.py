@@ -1,0 +1,165 @@
+"""One simulated experiment, from flags to metrics: the part `run`, `compare` and `sweep` share.
+
+A `RunSpec` is plain, picklable data (sweeps send it to worker processes); `prepare` turns
+it into a cluster, profiles and a workload once, and `simulate` runs one mechanism over
+that workload with fresh Job objects, so comparing mechanisms compares them on the very
+same jobs.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from synergy.scheduler.model import Cluster
+from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
+from synergy.scheduler.registry import MECHANISMS, POLICIES, build_scheduler
+from synergy.scheduler.simulator.engine import DEFAULT_ROUND_S, EngineConfig, SimResult, Simulation
+from synergy.scheduler.simulator.errors import SimInputError
+from synergy.scheduler.simulator.metrics import summarise
+from synergy.scheduler.simulator.trace import read_trace
+from synergy.scheduler.simulator.workload import (
+    DEFAULT_SPLIT,
+    Workload,
+    WorkloadParams,
+    default_measure_window,
+    generate,
+)
+
+DEFAULT_JOBS = 6000
+DEFAULT_STATIC_JOBS = 1000
+DEFAULT_MAX_TIME_H = 2 * 365 * 24.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    servers: int = 16
+    gpus_per_server: int = 8
+    cpus_per_server: float = 24.0
+    mem_per_server: float = 500.0
+    policy: str = "fifo"
+    mechanism: str = "tune"
+    load: float = 9.0
+    #: Jobs in the generated trace; None = DEFAULT_JOBS (dynamic) or DEFAULT_STATIC_JOBS.
+    jobs: int | None = None
+    multi_gpu: bool = False
+    static: bool = False
+    split: tuple[int, int, int] = DEFAULT_SPLIT
+    seed: int = 0
+    round_s: float = DEFAULT_ROUND_S
+    #: Job-id window [start, end); None = the default steady-state window.
+    measure: tuple[int, int] | None = None
+    profiles: str | None = None
+    trace: str | None = None
+    max_time_h: float = DEFAULT_MAX_TIME_H
+
+
+@dataclass(frozen=True)
+class ProfileSet:
+    profiles: Mapping[str, SensitivityProfile]
+    #: Models a generated trace draws from, per task, in round-robin order.
+    models_by_task: Mapping[str, Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    spec: RunSpec
+    cluster: Cluster
+    profile_set: ProfileSet
+    workload: Workload
+    measured: frozenset[int]
+
+
+@dataclass
+class RunReport:
+    metrics: dict[str, Any]
+    result: SimResult
+    measured: frozenset[int]
+
+
+def zoo_profiles(path: str | None) -> ProfileSet:
+    """The built-in zoo, with a user's profile file merged over it."""
+    from synergy.scheduler.profiles import zoo
+
+    try:
+        profiles = zoo.get_profiles(path)
+    except ProfileError as exc:
+        raise SimInputError(f"--profiles: {exc}") from None
+    return ProfileSet(profiles, {t: tuple(zoo.MODELS_BY_TASK.get(t, ())) for t in TASKS})
+
+
+def check_names(policy: str, mechanisms: Sequence[str]) -> None:
+    """Names users type, checked against the registry (the one place plug-ins are listed)."""
+    if policy not in POLICIES:
+        raise SimInputError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    for m in mechanisms:
+        if m not in MECHANISMS:
+            raise SimInputError(f"unknown mechanism {m!r}; choose one of {', '.join(MECHANISMS)}")
+
+
+def _check_spec(spec: RunSpec) -> None:
+    if spec.servers < 1:
+        raise SimInputError(f"--servers must be at least 1, got {spec.servers}")
+    if spec.gpus_per_server < 1:
+        raise SimInputError(f"--gpus-per-server must be at least 1, got {spec.gpus_per_server}")
+    for flag, value in (("--cpus-per-server", spec.cpus_per_server), ("--mem-per-server", spec.mem_per_server),
+                        ("--round-s", spec.round_s), ("--max-time-h", spec.max_time_h)):
+        if not (value > 0 and math.isfinite(value)):
+            raise SimInputError(f"{flag} must be a positive number, got {value}")
+    check_names(spec.policy, [spec.mechanism])
+
+
+def build_cluster(spec: RunSpec) -> Cluster:
+    return Cluster.homogeneous(spec.servers, spec.gpus_per_server, spec.cpus_per_server, spec.mem_per_server)
+
+
+def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
+    """Validate the spec and build everything a run needs, once."""
+    _check_spec(spec)
+    cluster = build_cluster(spec)
+    ps = profile_set if profile_set is not None else zoo_profiles(spec.profiles)
+    if spec.trace is not None:
+        workload = read_trace(spec.trace, ps.profiles, int(cluster.total.gpus))
+    else:
+        jobs = spec.jobs if spec.jobs is not None else (DEFAULT_STATIC_JOBS if spec.static else DEFAULT_JOBS)
+        params = WorkloadParams(jobs, spec.load, spec.split, spec.multi_gpu, spec.static)
+        workload = generate(params, ps.profiles, ps.models_by_task, cluster, np.random.default_rng(spec.seed))
+    ids = workload.ids
+    if spec.measure is not None:
+        lo, hi = spec.measure
+        measured = frozenset(i for i in ids if lo <= i < hi)
+        if not measured:
+            raise SimInputError(
+                f"--measure {lo}:{hi} selects no job (the trace has job ids {ids[0]}..{ids[-1]})"
+            )
+    elif workload.static:
+        measured = frozenset(ids)
+    else:
+        measured = default_measure_window(ids)
+    return Prepared(spec, cluster, ps, workload, measured)
+
+
+def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
+             clock: Callable[[], float] = time.perf_counter) -> RunReport:
+    """Run one mechanism (default: the spec's) over the prepared workload."""
+    spec = prep.spec if mechanism is None else replace(prep.spec, mechanism=mechanism)
+    check_names(spec.policy, [spec.mechanism])
+    scheduler = build_scheduler(spec.policy, spec.mechanism)
+    config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise)
+    t0 = clock()
+    result = Simulation(scheduler, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles), config).run()
+    wall = clock() - t0
+    metrics: dict[str, Any] = {
+        "policy": spec.policy,
+        "mechanism": spec.mechanism,
+        "seed": spec.seed,
+        "load": None if (prep.workload.static or spec.trace) else spec.load,
+        "jobs": len(prep.workload.jobs),
+        "static": prep.workload.static,
+    }
+    metrics.update(summarise(result, prep.measured))
+    metrics["wall_s"] = wall
+    return RunReport(metrics, result, prep.measured)

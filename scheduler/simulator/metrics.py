@@ -1,0 +1,93 @@
+"""What a run is judged by (§5.1 "Policies and metrics"), computed from its records.
+
+Dynamic traces are judged on a window of jobs in steady state (the paper's 1000 jobs
+4000:5000); static traces on all jobs, by makespan. Utilisation is the time-averaged
+*allocated* fraction of each resource over the same window: from the first measured
+arrival to the last measured completion.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from synergy.scheduler.simulator.engine import SimResult
+from synergy.scheduler.simulator.errors import SimInputError
+
+HOUR = 3600.0
+
+
+def measured_jcts_s(result: SimResult, measured: Iterable[int]) -> list[float]:
+    """JCTs of the measured jobs that completed, in job-id order."""
+    out = []
+    for jid in sorted(measured):
+        rec = result.records.get(jid)
+        if rec is not None and rec.completion_s is not None:
+            out.append(rec.completion_s - rec.arrival_s)
+    return out
+
+
+def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
+    recs = [result.records[j] for j in sorted(measured) if j in result.records]
+    done = [r for r in recs if r.completion_s is not None]
+    jct = np.array([r.completion_s - r.arrival_s for r in done], dtype=float)
+    started = [r.first_start_s - r.arrival_s for r in recs if r.first_start_s is not None]
+    start = min((r.arrival_s for r in recs), default=0.0)
+    end = max((r.completion_s for r in done), default=start)
+    if len(done) < len(recs):
+        end = max(end, result.end_s)
+    util = average_utilisation(result, start, end)
+
+    def stat(fn) -> float | None:
+        return float(fn(jct)) / HOUR if jct.size else None
+
+    return {
+        "avg_jct_h": stat(np.mean),
+        "median_jct_h": stat(np.median),
+        "p95_jct_h": stat(lambda a: np.percentile(a, 95)),
+        "p99_jct_h": stat(lambda a: np.percentile(a, 99)),
+        "makespan_h": (end - start) / HOUR if done else None,
+        "avg_queue_delay_h": float(np.mean(started)) / HOUR if started else None,
+        "gpu_util": util[0],
+        "cpu_util": util[1],
+        "mem_util": util[2],
+        "jobs_measured": len(done),
+        "jobs_unfinished": len(recs) - len(done),
+        "rounds": result.rounds,
+        "decisions": result.decisions,
+        "stopped": result.stopped,
+        "sim_end_h": result.end_s / HOUR,
+    }
+
+
+def average_utilisation(result: SimResult, start: float, end: float) -> tuple[float, float, float]:
+    """Time-average of the allocated fraction (step function `result.timeline`) on [start, end]."""
+    cap = result.capacity
+    if end <= start:
+        return (0.0, 0.0, 0.0)
+    acc = [0.0, 0.0, 0.0]
+    rows = result.timeline
+    for i, (t, *vals) in enumerate(rows):
+        t_next = rows[i + 1][0] if i + 1 < len(rows) else max(end, t)
+        lo, hi = max(t, start), min(t_next, end)
+        if hi > lo:
+            for d in range(3):
+                acc[d] += vals[d] * (hi - lo)
+    span = end - start
+    return tuple(acc[d] / span / cap[d] if cap[d] else 0.0 for d in range(3))  # type: ignore[return-value]
+
+
+def write_utilisation_csv(path: str | Path, result: SimResult) -> None:
+    """GPU/CPU/memory allocated fraction over time; each row holds until the next one."""
+    cap = result.capacity
+    try:
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(("time_s", "time_h", "gpu_frac", "cpu_frac", "mem_frac"))
+            for t, g, c, m in result.timeline:
+                w.writerow((f"{t:.3f}", f"{t / HOUR:.6f}",
+                            *(f"{max(0.0, v) / k:.6f}" if k else "0" for v, k in zip((g, c, m), cap))))
+    except OSError as exc:
+        raise SimInputError(f"--utilisation-csv {path}: cannot write ({exc.strerror})") from None

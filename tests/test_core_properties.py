@@ -1,0 +1,123 @@
+"""Scheduling invariants over random clusters and job sets (hypothesis)."""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiles_for_tests import make_profile
+from synergy.scheduler.core import Scheduler
+from synergy.scheduler.mechanisms.greedy import Greedy
+from synergy.scheduler.mechanisms.proportional import Proportional
+from synergy.scheduler.mechanisms.tune import Tune
+from synergy.scheduler.model import EPS, Cluster, Job, RoundInput, RoundOutput
+from synergy.scheduler.policies.fifo import Fifo
+from synergy.scheduler.throughput import proportional_speed, speed
+
+profiles = st.builds(
+    make_profile,
+    name=st.just("p"),
+    cpu_need=st.sampled_from([1.0, 2.0, 3.0, 6.0, 9.0, 12.0, 24.0]),
+    dataset_gb=st.sampled_from([0.0, 50.0, 200.0, 600.0]),
+    fetch=st.sampled_from([0.2, 0.5, 1.0]),
+    alpha=st.sampled_from([0.6, 0.8, 1.0]),
+)
+
+
+@st.composite
+def scenarios(draw) -> tuple[Cluster, list[Job]]:
+    gpus = draw(st.sampled_from([1, 2, 4, 8]))
+    cluster = Cluster.homogeneous(
+        draw(st.integers(1, 6)),
+        gpus=gpus,
+        cpus=gpus * draw(st.sampled_from([2, 3, 4, 6])),
+        mem_gb=gpus * draw(st.sampled_from([31.25, 62.5, 125.0])),
+    )
+    total = int(cluster.total.gpus)
+    n = draw(st.integers(0, 2 * total))
+    jobs = [
+        Job(
+            id=i,
+            model="p",
+            gpus=draw(st.sampled_from([g for g in (1, 1, 1, 2, 4, 8, 16) if g <= total])),
+            arrival_s=float(draw(st.integers(0, 5))),
+            iterations=1000.0,
+            profile=draw(profiles),
+        )
+        for i in range(n)
+    ]
+    return cluster, jobs
+
+
+MECHANISMS = [Proportional(), Greedy(), Tune()]
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def run(mechanism, cluster: Cluster, jobs: list[Job]) -> RoundOutput:
+    return Scheduler(Fifo(), mechanism).schedule(RoundInput(0.0, cluster, jobs))
+
+
+def assert_not_overcommitted(cluster: Cluster, out: RoundOutput) -> None:
+    used: dict[str, list[float]] = {s.id: [0.0, 0.0, 0.0] for s in cluster.servers}
+    for alloc in out.allocations.values():
+        for p in alloc.placements:
+            u = used[p.server_id]
+            u[0] += p.gpus
+            u[1] += p.cpus
+            u[2] += p.mem_gb
+    for s in cluster.servers:
+        g, c, m = used[s.id]
+        assert g <= s.capacity.gpus + EPS and c <= s.capacity.cpus + 1e-6 and m <= s.capacity.mem_gb + 1e-6, s.id
+
+
+@SETTINGS
+@given(scenarios())
+def test_no_server_overcommitted(scenario) -> None:
+    cluster, jobs = scenario
+    for mech in MECHANISMS:
+        assert_not_overcommitted(cluster, run(mech, cluster, jobs))
+
+
+@SETTINGS
+@given(scenarios())
+def test_every_job_gets_exactly_its_gpus_and_proportional_split(scenario) -> None:
+    cluster, jobs = scenario
+    by_id = {j.id: j for j in jobs}
+    for mech in MECHANISMS:
+        out = run(mech, cluster, jobs)
+        for jid, alloc in out.allocations.items():
+            assert alloc.total.gpus == by_id[jid].gpus
+            ratios = {(round(p.cpus / p.gpus, 6), round(p.mem_gb / p.gpus, 6)) for p in alloc.placements}
+            assert len(ratios) == 1, f"split job {jid} is not proportional to GPUs: {alloc}"
+        assert set(out.allocations).isdisjoint(out.waiting)
+        assert set(out.allocations) | set(out.waiting) == set(by_id)
+
+
+@SETTINGS
+@given(scenarios())
+def test_tune_never_below_proportional_speed(scenario) -> None:
+    cluster, jobs = scenario
+    by_id = {j.id: j for j in jobs}
+    out = run(Tune(), cluster, jobs)
+    for jid, alloc in out.allocations.items():
+        job = by_id[jid]
+        assert speed(job, alloc) >= proportional_speed(job, cluster) - 1e-9, (job, alloc)
+
+
+@SETTINGS
+@given(scenarios())
+def test_tune_leaves_no_gpu_idle_while_a_fitting_job_waits(scenario) -> None:
+    cluster, jobs = scenario
+    for mech in (Tune(), Proportional()):
+        out = run(mech, cluster, jobs)
+        free = cluster.total.gpus - sum(a.total.gpus for a in out.allocations.values())
+        for jid in out.waiting:
+            job = next(j for j in jobs if j.id == jid)
+            assert job.gpus > free + EPS, f"{mech.name}: job {jid} ({job.gpus} GPUs) waits with {free} GPUs idle"
+
+
+@SETTINGS
+@given(scenarios())
+def test_core_is_deterministic(scenario) -> None:
+    cluster, jobs = scenario
+    for mech in MECHANISMS:
+        assert run(mech, cluster, jobs) == run(mech, cluster, list(reversed(jobs)))
