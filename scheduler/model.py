@@ -7,6 +7,7 @@ the answer back, which is what lets the simulator replay exactly what the daemon
 from __future__ import annotations
 
 import enum
+from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -73,12 +74,14 @@ class Cluster:
     def homogeneous(cls, n: int, gpus: int = 8, cpus: float = 24, mem_gb: float = 500) -> Cluster:
         return cls(tuple(Server(f"s{i}", Resources(gpus, cpus, mem_gb)) for i in range(n)))
 
-    @property
+    @cached_property
     def total(self) -> Resources:
-        out = Resources()
-        for s in self.servers:
-            out = out + s.capacity
-        return out
+        # Cached: the core asks for it per job per round, and a Cluster never changes.
+        return Resources(
+            sum(s.capacity.gpus for s in self.servers),
+            sum(s.capacity.cpus for s in self.servers),
+            sum(s.capacity.mem_gb for s in self.servers),
+        )
 
     def proportional_share(self, gpus: float) -> Resources:
         """GPU-proportional CPU and memory for `gpus` GPUs on this cluster.

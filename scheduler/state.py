@@ -5,7 +5,12 @@ and release on it, and the final reservations become the round's allocations.
 """
 from __future__ import annotations
 
+import heapq
+from typing import Iterator
+
 from synergy.scheduler.model import EPS, Allocation, Cluster, Placement, Resources
+
+BucketKey = tuple[float, float, float, float, float, float]
 
 
 class ClusterState:
@@ -23,6 +28,19 @@ class ClusterState:
         self.held: dict[int, tuple[Placement, ...]] = {}
         #: server index -> ids of the jobs holding something there.
         self.on_server: list[set[int]] = [set() for _ in self.ids]
+        # Servers with identical capacity and free resources are interchangeable to every
+        # scorer except for their index tie-break, so searches visit one server per bucket
+        # (the lowest index) instead of every server: O(distinct shapes), not O(servers).
+        self._bucket_of: list[BucketKey] = [self._key(i) for i in range(len(self.ids))]
+        self._buckets: dict[BucketKey, list[int]] = {}
+        self._count: dict[BucketKey, int] = {}
+        # Servers indexed by whole free GPUs (GPUs are handed out whole).
+        self._level: dict[int, set[int]] = {}
+        for i, g in enumerate(self.free_g):
+            self._level.setdefault(int(round(g)), set()).add(i)
+        for i, key in enumerate(self._bucket_of):
+            self._buckets.setdefault(key, []).append(i)
+            self._count[key] = self._count.get(key, 0) + 1
 
     @property
     def free_gpus(self) -> float:
@@ -38,6 +56,49 @@ class ClusterState:
     def free(self, i: int) -> Resources:
         return Resources(self.free_g[i], self.free_c[i], self.free_m[i])
 
+    def _key(self, i: int) -> BucketKey:
+        return (
+            round(self.free_g[i], 6), round(self.free_c[i], 6), round(self.free_m[i], 6),
+            self.cap_g[i], self.cap_c[i], self.cap_m[i],
+        )
+
+    def _rebucket(self, i: int) -> None:
+        old, new = self._bucket_of[i], self._key(i)
+        if old == new:
+            return
+        if old[0] != new[0]:
+            self._level[int(round(old[0]))].discard(i)
+            self._level.setdefault(int(round(new[0])), set()).add(i)
+        self._count[old] -= 1
+        self._bucket_of[i] = new
+        self._count[new] = self._count.get(new, 0) + 1
+        heapq.heappush(self._buckets.setdefault(new, []), i)
+
+    def representatives(self, min_gpus: float = 0.0) -> Iterator[int]:
+        """The lowest-indexed server of each distinct (capacity, free) shape with at least
+        `min_gpus` free GPUs. Scorers break ties on the index, so scoring only these
+        finds the same server as scoring all of them."""
+        for key, heap in list(self._buckets.items()):
+            if self._count[key] <= 0:
+                del self._buckets[key], self._count[key]
+                continue
+            if key[0] + EPS < min_gpus:
+                continue
+            while self._bucket_of[heap[0]] != key:  # lazily drop servers that moved
+                heapq.heappop(heap)
+            yield heap[0]
+
+    def by_free_gpus(self, min_gpus: float = 1, descending: bool = False) -> Iterator[int]:
+        """Servers with at least `min_gpus` free GPUs, ordered by free GPUs then index.
+
+        A generator over per-level sets, so a caller that stops at the first good server
+        pays for one level, not for sorting the whole cluster.
+        """
+        levels = sorted((k for k, members in self._level.items() if members and k + EPS >= min_gpus),
+                        reverse=descending)
+        for k in levels:
+            yield from sorted(self._level[k])
+
     def reserve(self, job_id: int, placements: tuple[Placement, ...]) -> None:
         if job_id in self.held:
             raise ValueError(f"job {job_id} already holds resources this round")
@@ -51,6 +112,7 @@ class ClusterState:
             self.free_c[i] -= p.cpus
             self.free_m[i] -= p.mem_gb
             self.on_server[i].add(job_id)
+            self._rebucket(i)
         self.held[job_id] = placements
 
     def release(self, job_id: int) -> tuple[Placement, ...]:
@@ -61,6 +123,7 @@ class ClusterState:
             self.free_c[i] += p.cpus
             self.free_m[i] += p.mem_gb
             self.on_server[i].discard(job_id)
+            self._rebucket(i)
         return placements
 
     def allocations(self) -> dict[int, Allocation]:

@@ -48,7 +48,7 @@ def scenarios(draw) -> tuple[Cluster, list[Job]]:
     return cluster, jobs
 
 
-MECHANISMS = [Proportional(), Greedy(), Tune()]
+MECHANISMS = [Proportional(), Greedy(), Tune(), Tune(redistribute=False)]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -97,17 +97,18 @@ def test_every_job_gets_exactly_its_gpus_and_proportional_split(scenario) -> Non
 def test_tune_never_below_proportional_speed(scenario) -> None:
     cluster, jobs = scenario
     by_id = {j.id: j for j in jobs}
-    out = run(Tune(), cluster, jobs)
-    for jid, alloc in out.allocations.items():
-        job = by_id[jid]
-        assert speed(job, alloc) >= proportional_speed(job, cluster) - 1e-9, (job, alloc)
+    for mech in (Tune(), Tune(redistribute=False)):
+        out = run(mech, cluster, jobs)
+        for jid, alloc in out.allocations.items():
+            job = by_id[jid]
+            assert speed(job, alloc) >= proportional_speed(job, cluster) - 1e-9, (job, alloc)
 
 
 @SETTINGS
 @given(scenarios())
 def test_tune_leaves_no_gpu_idle_while_a_fitting_job_waits(scenario) -> None:
     cluster, jobs = scenario
-    for mech in (Tune(), Proportional()):
+    for mech in (Tune(), Tune(redistribute=False), Proportional()):
         out = run(mech, cluster, jobs)
         free = cluster.total.gpus - sum(a.total.gpus for a in out.allocations.values())
         for jid in out.waiting:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from synergy.scheduler.mechanisms.base import pack_order, runnable_by_gpu
+from synergy.scheduler.mechanisms.leftover import redistribute
 from synergy.scheduler.model import EPS, Job, Placement, RoundInput, RoundOutput
 from synergy.scheduler.placement.fit import place
 from synergy.scheduler.placement.scorers import Scorer, best_fit
@@ -28,9 +29,12 @@ from synergy.scheduler.throughput import best_case_per_gpu, proportional_per_gpu
 class Tune:
     name: str = "tune"
     scorer: Scorer = field(default=best_fit)
+    #: After packing, give CPU and memory nobody demanded to co-located jobs that benefit
+    #: (§5.3.2; see mechanisms/leftover.py). False gives §4.2's packing alone.
+    redistribute: bool = True
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
-        return _TuneRound(inp, self.scorer).run(ordered)
+        return _TuneRound(inp, self.scorer).run(ordered, self.redistribute)
 
 
 def pack_demands(
@@ -57,10 +61,21 @@ class _TuneRound:
         self.gpus: dict[int, int] = {}
         self.reverted: set[int] = set()
 
-    def run(self, ordered: Sequence[Job]) -> RoundOutput:
+    def run(self, ordered: Sequence[Job], redistribute_leftover: bool = True) -> RoundOutput:
         runnable, waiting = runnable_by_gpu(ordered, self.state.free_gpus)
-        demand = {j.id: best_case_per_gpu(j, self.cluster) for j in runnable}
-        return self.pack(runnable, demand, waiting)
+        # Demand depends only on the profile and the cluster: compute it once per model.
+        by_profile: dict[int, tuple[float, float]] = {}
+        demand = {}
+        for j in runnable:
+            key = id(j.profile)
+            if key not in by_profile:
+                by_profile[key] = best_case_per_gpu(j, self.cluster)
+            demand[j.id] = by_profile[key]
+        out = self.pack(runnable, demand, waiting)
+        if redistribute_leftover:
+            redistribute(self.state, {j.id: j for j in runnable})
+            out = RoundOutput(self.state.allocations(), out.waiting, out.reverted)
+        return out
 
     def pack(
         self, runnable: Sequence[Job], demand: dict[int, tuple[float, float]], waiting: dict[int, str]
@@ -96,16 +111,14 @@ class _TuneRound:
         the tightest server with enough free GPUs, else the fewest servers by free GPUs.
         """
         st = self.state
-        whole = sorted((i for i in range(len(st.ids)) if st.free_g[i] + EPS >= job.gpus),
-                       key=lambda i: (st.free_g[i], i))
-        for i in whole:
+        for i in st.by_free_gpus(job.gpus):
             if self._free_on(i, job.gpus, c, m):
                 return (Placement(st.ids[i], job.gpus, c * job.gpus, m * job.gpus),)
         if job.gpus == 1:
             return None
         pieces: list[Placement] = []
         need = job.gpus
-        for i in sorted(range(len(st.ids)), key=lambda i: (-st.free_g[i], i)):
+        for i in list(st.by_free_gpus(1, descending=True)):
             k = int(min(st.free_g[i] + 1e-9, need))
             if k <= 0 or not self._free_on(i, k, c, m):
                 continue

@@ -16,7 +16,7 @@ def consolidated(
 ) -> tuple[Placement, ...] | None:
     c, m = cpus_per_gpu * gpus, mem_per_gpu * gpus
     best_key, best_i = None, -1
-    for i in range(len(state.ids)):
+    for i in state.representatives(gpus):
         if state.fits(i, gpus, c, m):
             key = scorer(state, i, gpus, c, m)
             if best_key is None or key < best_key:
@@ -30,7 +30,7 @@ def split(
     state: ClusterState, gpus: int, cpus_per_gpu: float, mem_per_gpu: float
 ) -> tuple[Placement, ...] | None:
     """Fewest servers: take servers by most free GPUs, each piece proportional to its GPUs."""
-    order = sorted(range(len(state.ids)), key=lambda i: (-state.free_g[i], i))
+    order = list(state.by_free_gpus(1, descending=True))
     pieces: list[Placement] = []
     need = gpus
     for i in order:

@@ -1,0 +1,65 @@
+"""Decision time of one scheduling round per mechanism and cluster size.
+
+Prints a table: for 128, 512 and 4096 GPUs (8-GPU servers, 24 CPUs, 500 GB) with a queue of
+2x the GPU count (the paper's Fig. 9 job mix, 20% image / 70% language / 10% speech), the
+median and max wall time of `Scheduler.schedule` over several rounds.
+
+Targets on a 2-core machine: TUNE <= 10 ms at 512 GPUs / 1k jobs and <= 100 ms at 4096 GPUs /
+8k jobs; OPT <= 1 s at 128 GPUs / 256 jobs.
+
+    python benchmarks/round_latency.py [--repeat 5] [--mechanisms proportional,greedy,tune,opt]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from synergy.scheduler.model import Cluster, Job, RoundInput
+from synergy.scheduler.profiles.zoo import MODELS_BY_TASK, default_profiles
+from synergy.scheduler.registry import build_scheduler
+
+SPLIT = {"image": 20, "language": 70, "speech": 10}
+#: OPT is an offline upper bound; beyond this size one round takes minutes, so it is skipped.
+OPT_MAX_GPUS = 512
+
+
+def make_jobs(n: int, multi_gpu: bool, rng: random.Random) -> list[Job]:
+    profiles = default_profiles()
+    tasks = [t for t, pct in SPLIT.items() for _ in range(pct)]
+    jobs = []
+    for i in range(n):
+        model = rng.choice(MODELS_BY_TASK[rng.choice(tasks)])
+        gpus = rng.choice([1, 1, 1, 1, 2, 4, 8]) if multi_gpu else 1
+        jobs.append(Job(i, model, gpus, float(i), 1e6, profiles[model]))
+    return jobs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=5, help="rounds timed per cell (default 5)")
+    ap.add_argument("--mechanisms", default="proportional,greedy,tune,opt")
+    ap.add_argument("--gpus", default="128,512,4096", help="cluster sizes in GPUs")
+    ap.add_argument("--multi-gpu", action="store_true", help="mix 1-8 GPU jobs instead of single-GPU jobs")
+    args = ap.parse_args()
+    print(f"{'GPUs':>6} {'jobs':>6} {'mechanism':>13} {'median ms':>10} {'max ms':>9}")
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        cluster = Cluster.homogeneous(gpus // 8, gpus=8, cpus=24, mem_gb=500)
+        jobs = make_jobs(2 * gpus, args.multi_gpu, random.Random(gpus))
+        for mech in args.mechanisms.split(","):
+            if mech == "opt" and gpus > OPT_MAX_GPUS:
+                print(f"{gpus:>6} {len(jobs):>6} {mech:>13} {'skipped (offline upper bound)':>20}")
+                continue
+            sched = build_scheduler("fifo", mech)
+            times = []
+            for r in range(args.repeat):
+                inp = RoundInput(float(r), cluster, jobs)
+                t0 = time.perf_counter()
+                sched.schedule(inp)
+                times.append((time.perf_counter() - t0) * 1e3)
+            print(f"{gpus:>6} {len(jobs):>6} {mech:>13} {statistics.median(times):>10.2f} {max(times):>9.2f}")
+
+
+if __name__ == "__main__":
+    main()
