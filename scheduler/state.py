@@ -11,6 +11,8 @@ from typing import Iterator
 from synergy.scheduler.model import EPS, Allocation, Cluster, Placement, Resources
 
 BucketKey = tuple[float, float, float, float, float, float]
+#: Above this many servers, searches go through bucket and free-GPU indexes.
+INDEX_MIN_SERVERS = 32
 
 
 class ClusterState:
@@ -28,19 +30,23 @@ class ClusterState:
         self.held: dict[int, tuple[Placement, ...]] = {}
         #: server index -> ids of the jobs holding something there.
         self.on_server: list[set[int]] = [set() for _ in self.ids]
-        # Servers with identical capacity and free resources are interchangeable to every
-        # scorer except for their index tie-break, so searches visit one server per bucket
-        # (the lowest index) instead of every server: O(distinct shapes), not O(servers).
-        self._bucket_of: list[BucketKey] = [self._key(i) for i in range(len(self.ids))]
-        self._buckets: dict[BucketKey, list[int]] = {}
-        self._count: dict[BucketKey, int] = {}
-        # Servers indexed by whole free GPUs (GPUs are handed out whole).
-        self._level: dict[int, set[int]] = {}
-        for i, g in enumerate(self.free_g):
-            self._level.setdefault(int(round(g)), set()).add(i)
-        for i, key in enumerate(self._bucket_of):
-            self._buckets.setdefault(key, []).append(i)
-            self._count[key] = self._count.get(key, 0) + 1
+        # Large clusters get search indexes (below); on a few dozen servers a plain scan is
+        # cheaper than keeping them up to date.
+        self._indexed = len(self.ids) > INDEX_MIN_SERVERS
+        if self._indexed:
+            # Servers with identical capacity and free resources are interchangeable to every
+            # scorer except for their index tie-break, so searches visit one server per
+            # bucket (the lowest index): O(distinct shapes), not O(servers).
+            self._bucket_of: list[BucketKey] = [self._key(i) for i in range(len(self.ids))]
+            self._buckets: dict[BucketKey, list[int]] = {}
+            self._count: dict[BucketKey, int] = {}
+            for i, key in enumerate(self._bucket_of):
+                self._buckets.setdefault(key, []).append(i)
+                self._count[key] = self._count.get(key, 0) + 1
+            # Servers by whole free GPUs (GPUs are handed out whole).
+            self._level: dict[int, set[int]] = {}
+            for i, g in enumerate(self.free_g):
+                self._level.setdefault(int(round(g)), set()).add(i)
 
     @property
     def free_gpus(self) -> float:
@@ -57,12 +63,12 @@ class ClusterState:
         return Resources(self.free_g[i], self.free_c[i], self.free_m[i])
 
     def _key(self, i: int) -> BucketKey:
-        return (
-            round(self.free_g[i], 6), round(self.free_c[i], 6), round(self.free_m[i], 6),
-            self.cap_g[i], self.cap_c[i], self.cap_m[i],
-        )
+        # Exact floats: a rounding difference only splits a bucket, it never merges two.
+        return (self.free_g[i], self.free_c[i], self.free_m[i], self.cap_g[i], self.cap_c[i], self.cap_m[i])
 
     def _rebucket(self, i: int) -> None:
+        if not self._indexed:
+            return
         old, new = self._bucket_of[i], self._key(i)
         if old == new:
             return
@@ -78,6 +84,9 @@ class ClusterState:
         """The lowest-indexed server of each distinct (capacity, free) shape with at least
         `min_gpus` free GPUs. Scorers break ties on the index, so scoring only these
         finds the same server as scoring all of them."""
+        if not self._indexed:
+            yield from (i for i, g in enumerate(self.free_g) if g + EPS >= min_gpus)
+            return
         for key, heap in list(self._buckets.items()):
             if self._count[key] <= 0:
                 del self._buckets[key], self._count[key]
@@ -94,6 +103,11 @@ class ClusterState:
         A generator over per-level sets, so a caller that stops at the first good server
         pays for one level, not for sorting the whole cluster.
         """
+        if not self._indexed:
+            order = sorted((i for i, g in enumerate(self.free_g) if g + EPS >= min_gpus),
+                           key=lambda i: (-self.free_g[i] if descending else self.free_g[i], i))
+            yield from order
+            return
         levels = sorted((k for k, members in self._level.items() if members and k + EPS >= min_gpus),
                         reverse=descending)
         for k in levels:

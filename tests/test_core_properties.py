@@ -122,3 +122,30 @@ def test_core_is_deterministic(scenario) -> None:
     cluster, jobs = scenario
     for mech in MECHANISMS:
         assert run(mech, cluster, jobs) == run(mech, cluster, list(reversed(jobs)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.integers(0, 2**16))
+def test_server_indexes_change_no_decision(scenario, seed) -> None:
+    """Large clusters search through bucket indexes; they must pick exactly what a scan picks."""
+    import random
+
+    import synergy.scheduler.state as state_module
+
+    cluster, jobs = scenario
+    rng = random.Random(seed)
+    # Grow the cluster and queue past the index threshold, keeping the drawn shape.
+    shape = cluster.servers[0].capacity
+    big = Cluster.homogeneous(40, gpus=int(shape.gpus), cpus=shape.cpus, mem_gb=shape.mem_gb)
+    more = [Job(len(jobs) + k, "p", rng.choice([1, 1, 2]), 0.0, 1.0, rng.choice(jobs).profile)
+            for k in range(int(big.total.gpus))] if jobs else []
+    everything = jobs + more
+    results = []
+    for threshold in (10**9, 0):
+        saved = state_module.INDEX_MIN_SERVERS
+        state_module.INDEX_MIN_SERVERS = threshold
+        try:
+            results.append([run(m, big, everything) for m in MECHANISMS])
+        finally:
+            state_module.INDEX_MIN_SERVERS = saved
+    assert results[0] == results[1]
