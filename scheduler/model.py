@@ -87,12 +87,22 @@ class Cluster:
         """GPU-proportional CPU and memory for `gpus` GPUs on this cluster.
 
         Derived from the cluster's shape, never baked into a profile: the same job gets
-        3 CPUs/GPU on a DGX-2-like server and 6 on a server with twice the cores.
+        3 CPUs/GPU on a DGX-2-like server and 6 on a server with twice the cores. On a
+        heterogeneous cluster it is the smallest per-GPU share of any GPU server, so that
+        every GPU can carry it: the guarantee "never slower than proportional" is then one
+        that holds wherever the job lands.
         """
-        total = self.total
-        if total.gpus <= 0:
-            return Resources(gpus, 0.0, 0.0)
-        return Resources(gpus, total.cpus / total.gpus * gpus, total.mem_gb / total.gpus * gpus)
+        return Resources(gpus, self._per_gpu[0] * gpus, self._per_gpu[1] * gpus)
+
+    @cached_property
+    def _per_gpu(self) -> tuple[float, float]:
+        gpu_servers = [s.capacity for s in self.servers if s.capacity.gpus > 0]
+        if not gpu_servers:
+            return (0.0, 0.0)
+        return (
+            min(c.cpus / c.gpus for c in gpu_servers),
+            min(c.mem_gb / c.gpus for c in gpu_servers),
+        )
 
 
 class JobKind(str, enum.Enum):

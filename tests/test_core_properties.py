@@ -9,7 +9,7 @@ from synergy.scheduler.core import Scheduler
 from synergy.scheduler.mechanisms.greedy import Greedy
 from synergy.scheduler.mechanisms.proportional import Proportional
 from synergy.scheduler.mechanisms.tune import Tune
-from synergy.scheduler.model import EPS, Cluster, Job, RoundInput, RoundOutput
+from synergy.scheduler.model import EPS, Cluster, Job, Resources, RoundInput, RoundOutput, Server
 from synergy.scheduler.policies.fifo import Fifo
 from synergy.scheduler.throughput import proportional_speed, speed
 
@@ -25,13 +25,17 @@ profiles = st.builds(
 
 @st.composite
 def scenarios(draw) -> tuple[Cluster, list[Job]]:
-    gpus = draw(st.sampled_from([1, 2, 4, 8]))
-    cluster = Cluster.homogeneous(
-        draw(st.integers(1, 6)),
-        gpus=gpus,
-        cpus=gpus * draw(st.sampled_from([2, 3, 4, 6])),
-        mem_gb=gpus * draw(st.sampled_from([31.25, 62.5, 125.0])),
-    )
+    def shape() -> Resources:
+        gpus = draw(st.sampled_from([1, 2, 4, 8]))
+        return Resources(gpus, gpus * draw(st.sampled_from([2, 3, 4, 6])),
+                         gpus * draw(st.sampled_from([31.25, 62.5, 125.0])))
+
+    n = draw(st.integers(1, 6))
+    if draw(st.booleans()):  # homogeneous, the paper's setting
+        one = shape()
+        cluster = Cluster(tuple(Server(f"s{i}", one) for i in range(n)))
+    else:
+        cluster = Cluster(tuple(Server(f"s{i}", shape()) for i in range(n)))
     total = int(cluster.total.gpus)
     n = draw(st.integers(0, 2 * total))
     jobs = [
@@ -135,8 +139,7 @@ def test_server_indexes_change_no_decision(scenario, seed) -> None:
     cluster, jobs = scenario
     rng = random.Random(seed)
     # Grow the cluster and queue past the index threshold, keeping the drawn shape.
-    shape = cluster.servers[0].capacity
-    big = Cluster.homogeneous(40, gpus=int(shape.gpus), cpus=shape.cpus, mem_gb=shape.mem_gb)
+    big = Cluster(tuple(Server(f"b{k}", cluster.servers[k % len(cluster.servers)].capacity) for k in range(40)))
     more = [Job(len(jobs) + k, "p", rng.choice([1, 1, 2]), 0.0, 1.0, rng.choice(jobs).profile)
             for k in range(int(big.total.gpus))] if jobs else []
     everything = jobs + more
