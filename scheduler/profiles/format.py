@@ -23,6 +23,7 @@ import bisect
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -82,8 +83,9 @@ class SensitivityProfile:
         self._cache[key] = value
         return value
 
-    @property
+    @cached_property
     def saturated(self) -> float:
+        """The highest throughput anywhere on the grid (cached: asked for every decision)."""
         return max(max(row) for row in self.throughput)
 
     def best_case(self, floor: float = 0.0) -> tuple[float, float]:

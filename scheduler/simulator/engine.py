@@ -25,6 +25,7 @@ requires identical results.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -39,6 +40,9 @@ from synergy.scheduler.throughput import iterations_per_s, speed
 
 #: Mechanisms whose allocations are a function of (ordered jobs' id/gpus/profile, cluster).
 ORDER_ONLY_MECHANISMS: tuple[type, ...] = (Proportional, Greedy, Tune)
+#: Synergy-OPT qualifies too (its own memo is keyed on exactly that input); it is matched by
+#: module so that the engine does not import OR-Tools for runs that do not use it.
+_OPT_MODULE = "synergy.scheduler.mechanisms.opt"
 #: Policies whose order depends only on fields that never change while a job is active.
 STATIC_ORDER_POLICIES: tuple[type, ...] = (Fifo, Drf)
 
@@ -88,7 +92,7 @@ class SimResult:
 class _Running:
     """A job holding an allocation: its progress line and what it holds."""
 
-    __slots__ = ("job", "rate", "t0", "done0", "att0", "finish", "k_done", "held")
+    __slots__ = ("job", "rate", "t0", "done0", "att0", "finish", "k_done", "held", "alloc")
 
     def __init__(self, job: Job, t0: float) -> None:
         self.job = job
@@ -99,6 +103,7 @@ class _Running:
         self.finish = math.inf
         self.k_done = math.inf
         self.held = (0.0, 0.0, 0.0)
+        self.alloc: Allocation | None = None
 
     def rebase(self, t: float) -> None:
         self.done0 += self.rate * (t - self.t0)
@@ -125,8 +130,11 @@ class Simulation:
         self.records = {j.id: JobRecord(j.id, j.model, j.gpus, j.arrival_s) for j in jobs}
         total = cluster.total
         self.capacity = (float(total.gpus), float(total.cpus), float(total.mem_gb))
-        self.order_only = isinstance(scheduler.mechanism, ORDER_ONLY_MECHANISMS)
+        self.order_only = _order_only(scheduler.mechanism)
         self.static_order = isinstance(scheduler.policy, STATIC_ORDER_POLICIES)
+        #: Neither plug-in reads done_iterations/attained_gpu_s, so with memoisation on they
+        #: are not written into the Jobs before each call (they are at every completion).
+        self.progress_blind = config.memoise and self.order_only and self.static_order
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -142,7 +150,6 @@ class Simulation:
         active: dict[int, Job] = {}
         running: dict[int, _Running] = {}
         timeline: list[tuple[float, float, float, float]] = [(0.0, 0.0, 0.0, 0.0)]
-        active_jobs: tuple[Job, ...] = ()
         version = 0  # bumps whenever the active set changes
         last_version, last_order = -1, None
         previous: dict[int, Allocation] = {}
@@ -159,7 +166,7 @@ class Simulation:
                 version += 1
             if not active:
                 if p == n:
-                    stopped = "stalled"  # jobs to wait for, none left to arrive: cannot happen
+                    stopped = "stalled"  # defensive: measured jobs always arrive
                     break
                 k = self._boundary(pending[p].arrival_s)
                 continue
@@ -245,8 +252,9 @@ class Simulation:
 
     def _call_core(self, t: float, active: dict[int, Job], running: dict[int, _Running],
                    previous: dict[int, Allocation]) -> RoundOutput:
-        for r in running.values():  # the policy may read progress (SRTF, LAS, FTF)
-            r.materialise(t)
+        if not self.progress_blind:  # the policy may read progress (SRTF, LAS, FTF)
+            for r in running.values():
+                r.materialise(t)
         inp = RoundInput(t, self.cluster, list(active.values()), previous, self.config.round_s)
         return self.scheduler.schedule(inp)
 
@@ -260,28 +268,37 @@ class Simulation:
         g = c = m = 0.0
         for jid, alloc in allocs.items():
             r = running.get(jid)
-            job = active[jid]
             if r is None:
+                job = active[jid]
                 r = running[jid] = _Running(job, t)
                 rec = self.records[jid]
                 if rec.first_start_s is None:
                     rec.first_start_s = t
-            rate = iterations_per_s(job, speed(job, alloc))
-            if rate != r.rate:
-                r.rebase(t)
-                r.rate = rate
-                if rate > 0:
-                    r.finish = r.t0 + (job.iterations - r.done0) / rate
-                    r.k_done = self._boundary(r.finish)
-                else:
-                    r.finish, r.k_done = math.inf, math.inf
-            held = _totals(alloc)
-            r.held = held
+            if alloc != r.alloc:  # an unchanged allocation keeps its rate and progress line
+                r.alloc = alloc
+                r.held = _totals(alloc)
+                rate = iterations_per_s(r.job, speed(r.job, alloc))
+                if rate != r.rate:
+                    r.rebase(t)
+                    r.rate = rate
+                    if rate > 0:
+                        r.finish = r.t0 + (r.job.iterations - r.done0) / rate
+                        r.k_done = self._boundary(r.finish)
+                    else:
+                        r.finish, r.k_done = math.inf, math.inf
+            held = r.held
             g += held[0]
             c += held[1]
             m += held[2]
         if (g, c, m) != timeline[-1][1:]:
             timeline.append((t, g, c, m))
+
+
+def _order_only(mechanism: object) -> bool:
+    if isinstance(mechanism, ORDER_ONLY_MECHANISMS):
+        return True
+    opt = sys.modules.get(_OPT_MODULE)
+    return opt is not None and isinstance(mechanism, opt.Opt)
 
 
 def _totals(alloc: Allocation) -> tuple[float, float, float]:

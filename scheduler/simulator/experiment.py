@@ -17,7 +17,13 @@ import numpy as np
 from synergy.scheduler.model import Cluster
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
 from synergy.scheduler.registry import MECHANISMS, POLICIES, build_scheduler
-from synergy.scheduler.simulator.engine import DEFAULT_ROUND_S, EngineConfig, SimResult, Simulation
+from synergy.scheduler.simulator.engine import (
+    DEFAULT_MAX_TIME_S,
+    DEFAULT_ROUND_S,
+    EngineConfig,
+    SimResult,
+    Simulation,
+)
 from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.simulator.metrics import summarise
 from synergy.scheduler.simulator.trace import read_trace
@@ -31,7 +37,7 @@ from synergy.scheduler.simulator.workload import (
 
 DEFAULT_JOBS = 6000
 DEFAULT_STATIC_JOBS = 1000
-DEFAULT_MAX_TIME_H = 2 * 365 * 24.0
+DEFAULT_MAX_TIME_H = DEFAULT_MAX_TIME_S / 3600.0
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,7 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
     metrics: dict[str, Any] = {
         "policy": spec.policy,
         "mechanism": spec.mechanism,
-        "seed": spec.seed,
+        "seed": None if spec.trace else spec.seed,
         "load": None if (prep.workload.static or spec.trace) else spec.load,
         "jobs": len(prep.workload.jobs),
         "static": prep.workload.static,

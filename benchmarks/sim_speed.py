@@ -1,0 +1,82 @@
+"""Wall time of the full Fig. 9 TUNE point, split into scheduling core and simulator engine.
+
+The point (Synergy §5.3.2, Fig. 9): FIFO, single-GPU jobs, 16 servers x 8 GPUs, 24 CPUs
+and 500 GB each, split 20,70,10, load 9 jobs/hour, 6000 jobs, measuring jobs 4000:5000.
+Target: <= 15 s on a 2-core machine. Prints numbers; asserts nothing.
+
+    .venv/bin/python benchmarks/sim_speed.py                 # the TUNE point
+    .venv/bin/python benchmarks/sim_speed.py --mechanism proportional
+    .venv/bin/python benchmarks/sim_speed.py --profile 20    # cProfile, top 20 by own time
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from dataclasses import dataclass, field, replace
+
+from synergy.scheduler.core import Scheduler
+from synergy.scheduler.model import RoundInput, RoundOutput
+from synergy.scheduler.registry import build_scheduler
+from synergy.scheduler.simulator.engine import EngineConfig, Simulation
+from synergy.scheduler.simulator.experiment import RunSpec, prepare
+from synergy.scheduler.simulator.metrics import summarise
+
+FIG9 = RunSpec(policy="fifo", mechanism="tune", servers=16, gpus_per_server=8, cpus_per_server=24,
+               mem_per_server=500, split=(20, 70, 10), load=9.0, jobs=6000, measure=(4000, 5000), seed=0)
+
+
+@dataclass(frozen=True)
+class TimedScheduler(Scheduler):
+    """The same core, with the time spent inside `schedule` added up."""
+
+    spent: list = field(default_factory=lambda: [0.0, 0])
+
+    def schedule(self, inp: RoundInput) -> RoundOutput:
+        t0 = time.perf_counter()
+        out = super().schedule(inp)
+        self.spent[0] += time.perf_counter() - t0
+        self.spent[1] += 1
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mechanism", default="tune")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile and print the top N functions")
+    args = ap.parse_args()
+
+    spec = replace(FIG9, mechanism=args.mechanism, seed=args.seed)
+    t0 = time.perf_counter()
+    prep = prepare(spec)
+    t_prep = time.perf_counter() - t0
+    base = build_scheduler(spec.policy, spec.mechanism)
+    sched = TimedScheduler(base.policy, base.mechanism)
+    sim = Simulation(sched, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles),
+                     EngineConfig(spec.round_s, spec.max_time_h * 3600, prep.measured))
+    prof = cProfile.Profile() if args.profile else None
+    c0, w0 = time.process_time(), time.perf_counter()
+    if prof:
+        prof.enable()
+    result = sim.run()
+    if prof:
+        prof.disable()
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    m = summarise(result, prep.measured)
+    core_s, calls = sched.spent
+    print(f"Fig. 9 point: fifo + {spec.mechanism}, load 9, 6000 jobs, measure 4000:5000, seed {spec.seed}")
+    print(f"  workload generation     {t_prep:7.2f} s")
+    print(f"  simulation wall         {wall:7.2f} s   (cpu {cpu:.2f} s; target <= 15 s for tune)")
+    print(f"    inside Scheduler.schedule {core_s:7.2f} s  ({100 * core_s / wall:.0f}%, {calls} calls, "
+          f"{1000 * core_s / max(calls, 1):.2f} ms/call)")
+    print(f"    simulator engine          {wall - core_s:7.2f} s  ({100 * (wall - core_s) / wall:.0f}%)")
+    print(f"  rounds {m['rounds']}, core calls {m['decisions']}, simulated {m['sim_end_h']:.0f} h")
+    print(f"  avg JCT {m['avg_jct_h']:.2f} h, p99 {m['p99_jct_h']:.2f} h, jobs measured {m['jobs_measured']}")
+    if prof:
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""`synergy-sim`: trace-driven simulation of the Synergy scheduler.
+
+    synergy-sim [run flags]                                  one run
+    synergy-sim compare --mechanisms proportional,tune ...   mechanisms on the same workload
+    synergy-sim sweep --loads 4,6,8 --mechanisms ... --out DIR   loads x mechanisms x seeds
+
+The subcommand is the first argument; anything else is a single run. Bad input prints one
+line, `synergy-sim: error: ...`, and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from synergy.scheduler.registry import MECHANISMS, POLICIES
+from synergy.scheduler.simulator.engine import DEFAULT_ROUND_S
+from synergy.scheduler.simulator.errors import SimInputError
+from synergy.scheduler.simulator.experiment import (
+    DEFAULT_JOBS,
+    DEFAULT_MAX_TIME_H,
+    DEFAULT_STATIC_JOBS,
+    RunSpec,
+    check_names,
+    prepare,
+    simulate,
+)
+from synergy.scheduler.simulator.metrics import write_utilisation_csv
+from synergy.scheduler.simulator.pool import default_workers
+from synergy.scheduler.simulator.report import print_run, warn_unfinished
+from synergy.scheduler.simulator.trace import COLUMNS, write_trace
+from synergy.scheduler.simulator.workload import DEFAULT_SPLIT, GPU_DEMAND_WEIGHTS, parse_measure, parse_split
+
+PROG = "synergy-sim"
+EXIT_USAGE = 2
+
+_EPILOG = f"""\
+workload: without --trace a Philly-derived trace is generated (Synergy §5.1): Poisson
+arrivals at --load jobs/hour; each job's duration at its GPU-proportional allocation is
+10^x minutes, x~U(1.5,3) w.p. 0.8 else U(3,4); its iterations are that duration times its
+proportional speed on the simulated cluster. --multi-gpu draws GPU demands with weights
+{', '.join(f'{g}:{w:g}' for g, w in GPU_DEMAND_WEIGHTS)} (sizes above the cluster are dropped).
+trace files (--trace/--record-trace) are CSV with the header {','.join(COLUMNS)}.
+metrics cover the measured jobs: JCT = completion - arrival; makespan = last measured
+completion - first measured arrival; utilisation = time-averaged allocated fraction of
+each resource over that same span. Times are in hours.
+exit status: 0 ok, 2 bad input (one line on stderr: "{PROG}: error: ...").
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2 (raised, printed by main)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SimInputError(message)
+
+
+def _new_parser(prog: str, description: str) -> _Parser:
+    return _Parser(prog=prog, description=description, epilog=_EPILOG,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (homogeneous servers; the paper's simulated cluster by default)")
+    g.add_argument("--servers", type=int, default=16, help="number of servers (default 16)")
+    g.add_argument("--gpus-per-server", type=int, default=8, help="GPUs per server (default 8)")
+    g.add_argument("--cpus-per-server", type=float, default=24.0, help="CPU cores per server (default 24)")
+    g.add_argument("--mem-per-server", type=float, default=500.0, help="memory per server in GB (default 500)")
+
+
+def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) -> None:
+    g = p.add_argument_group("scheduling")
+    g.add_argument("--policy", choices=list(POLICIES), default="fifo",
+                   help="job ordering policy (default fifo)")
+    if single_mechanism:
+        g.add_argument("--mechanism", choices=list(MECHANISMS), default="tune",
+                       help="resource allocation mechanism (default tune)")
+    else:
+        g.add_argument("--mechanisms", default="proportional,greedy,tune",
+                       help=f"comma-separated mechanisms among {', '.join(MECHANISMS)} "
+                            "(default proportional,greedy,tune)")
+    g.add_argument("--round-s", type=float, default=DEFAULT_ROUND_S,
+                   help=f"scheduling round length in seconds (default {DEFAULT_ROUND_S:g})")
+    g.add_argument("--max-time-h", type=float, default=DEFAULT_MAX_TIME_H,
+                   help="safety stop: end the run at this simulated time and report unfinished "
+                        f"jobs (default {DEFAULT_MAX_TIME_H:g} h)")
+
+
+def _add_workload_flags(p: argparse.ArgumentParser, sweep: bool) -> None:
+    g = p.add_argument_group("workload")
+    if not sweep:
+        g.add_argument("--load", type=float, default=None,
+                       help="arrival rate in jobs/hour of the generated trace (default 9)")
+    g.add_argument("--jobs", type=int, default=None,
+                   help=f"jobs in the generated trace (default {DEFAULT_JOBS}; {DEFAULT_STATIC_JOBS} with --static)")
+    g.add_argument("--multi-gpu", action="store_true", default=None,
+                   help="multi-GPU trace (1-16 GPUs per job) instead of single-GPU jobs")
+    g.add_argument("--static", action="store_true", default=None,
+                   help="all jobs arrive at t=0; the run is judged by makespan over every job")
+    g.add_argument("--split", default=None,
+                   help="workload split image,language,speech in percent (default "
+                        f"{','.join(map(str, DEFAULT_SPLIT))}); models are assigned so the split is exact")
+    if not sweep:
+        g.add_argument("--seed", type=int, default=None, help="random seed of the generated trace (default 0)")
+    g.add_argument("--measure", default=None, metavar="START:END",
+                   help="measure jobs with ids in [START, END) (default: the middle-late window "
+                        "[2/3, 5/6) of the trace, 4000:5000 of 6000 as in the paper; all jobs if static)")
+    g.add_argument("--profiles", default=None, metavar="FILE",
+                   help="sensitivity-profile JSON merged over the built-in model zoo")
+    if not sweep:
+        g.add_argument("--trace", default=None, metavar="FILE",
+                       help="replay this CSV trace instead of generating one")
+        g.add_argument("--record-trace", default=None, metavar="FILE",
+                       help="write the workload (generated or replayed) to this CSV trace")
+
+
+def _run_parser() -> _Parser:
+    p = _new_parser(PROG, "Simulate one scheduling policy and mechanism over a workload. "
+                          f"Subcommands: '{PROG} compare --help', '{PROG} sweep --help'.")
+    _add_cluster_flags(p)
+    _add_scheduling_flags(p, single_mechanism=True)
+    _add_workload_flags(p, sweep=False)
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true",
+                   help="print one JSON object: avg/median/p95/p99_jct_h, makespan_h, avg_queue_delay_h, "
+                        "gpu/cpu/mem_util, jobs_measured, jobs_unfinished, rounds, decisions, wall_s, ...")
+    o.add_argument("--utilisation-csv", default=None, metavar="FILE",
+                   help="write allocated GPU/CPU/memory fractions over time to this CSV")
+    return p
+
+
+def _compare_parser() -> _Parser:
+    p = _new_parser(f"{PROG} compare", "Run several mechanisms on the same workload and compare "
+                                       "their JCTs with proportional's.")
+    _add_cluster_flags(p)
+    _add_scheduling_flags(p, single_mechanism=False)
+    _add_workload_flags(p, sweep=False)
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="print one JSON object: metrics per mechanism")
+    o.add_argument("--jobs-parallel", type=int, default=default_workers(),
+                   help="worker processes (default: number of cores)")
+    return p
+
+
+def _sweep_parser() -> _Parser:
+    p = _new_parser(f"{PROG} sweep", "Average JCT over loads x mechanisms x seeds, with a CSV and "
+                                     "plots (Fig. 9-style JCT vs load, Fig. 7b-style JCT CDF).")
+    _add_cluster_flags(p)
+    _add_scheduling_flags(p, single_mechanism=False)
+    _add_workload_flags(p, sweep=True)
+    s = p.add_argument_group("sweep")
+    s.add_argument("--loads", required=True, help="comma-separated loads in jobs/hour, e.g. 4,6,8,9")
+    s.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    s.add_argument("--out", required=True, metavar="DIR", help="directory for sweep.csv, jcts.csv and the PNG plots")
+    s.add_argument("--cdf-load", type=float, default=None,
+                   help="load whose JCT CDF is plotted (default: the highest)")
+    s.add_argument("--jobs-parallel", type=int, default=default_workers(),
+                   help="worker processes (default: number of cores)")
+    return p
+
+
+# -- flags -> RunSpec --------------------------------------------------------------------------
+def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec:
+    trace = getattr(args, "trace", None)
+    if trace is not None:
+        given = [flag for flag, value in (("--load", getattr(args, "load", None)), ("--jobs", args.jobs),
+                                          ("--multi-gpu", args.multi_gpu), ("--static", args.static),
+                                          ("--split", args.split), ("--seed", getattr(args, "seed", None)))
+                 if value is not None]
+        if given:
+            raise SimInputError(f"--trace replays a recorded workload; drop {', '.join(given)} "
+                                "(they shape generated traces only)")
+    return RunSpec(
+        servers=args.servers,
+        gpus_per_server=args.gpus_per_server,
+        cpus_per_server=args.cpus_per_server,
+        mem_per_server=args.mem_per_server,
+        policy=args.policy,
+        mechanism=getattr(args, "mechanism", mechanism),
+        load=9.0 if getattr(args, "load", None) is None else args.load,
+        jobs=args.jobs,
+        multi_gpu=bool(args.multi_gpu),
+        static=bool(args.static),
+        split=DEFAULT_SPLIT if args.split is None else parse_split(args.split),
+        seed=0 if getattr(args, "seed", None) is None else args.seed,
+        round_s=args.round_s,
+        measure=None if args.measure is None else parse_measure(args.measure),
+        profiles=args.profiles,
+        trace=trace,
+        max_time_h=args.max_time_h,
+    )
+
+
+def parse_list(text: str, flag: str, kind: type) -> list[Any]:
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise SimInputError(f"{flag} needs at least one value")
+    try:
+        return [kind(t) for t in items]
+    except ValueError:
+        raise SimInputError(f"{flag} takes comma-separated {kind.__name__} values, got {text!r}") from None
+
+
+def parse_mechanisms(text: str) -> list[str]:
+    mechs = parse_list(text, "--mechanisms", str)
+    if len(set(mechs)) != len(mechs):
+        raise SimInputError(f"--mechanisms lists a mechanism twice: {text!r}")
+    check_names("fifo", mechs)
+    return mechs
+
+
+def _check_workers(n: int) -> int:
+    if n < 1:
+        raise SimInputError(f"--jobs-parallel must be at least 1, got {n}")
+    return n
+
+
+# -- commands ------------------------------------------------------------------------------------
+def run_main(argv: Sequence[str]) -> int:
+    args = _run_parser().parse_args(argv)
+    spec = spec_from_args(args)
+    if args.utilisation_csv and not Path(args.utilisation_csv).resolve().parent.is_dir():
+        raise SimInputError(f"--utilisation-csv {args.utilisation_csv}: its directory does not exist")
+    prep = prepare(spec)
+    if args.record_trace:
+        write_trace(args.record_trace, prep.workload)
+    report = simulate(prep)
+    if args.utilisation_csv:
+        write_utilisation_csv(args.utilisation_csv, report.result)
+    warn_unfinished(report.metrics)
+    if args.json:
+        print(json.dumps(report.metrics))
+    else:
+        print_run(prep, report)
+    return 0
+
+
+def compare_main(argv: Sequence[str]) -> int:
+    from synergy.scheduler.simulator.compare import run_compare
+
+    args = _compare_parser().parse_args(argv)
+    mechanisms = parse_mechanisms(args.mechanisms)
+    spec = spec_from_args(args, mechanisms[0])
+    return run_compare(spec, mechanisms, _check_workers(args.jobs_parallel), args.json, args.record_trace)
+
+
+def sweep_main(argv: Sequence[str]) -> int:
+    from synergy.scheduler.simulator.sweep import run_sweep
+
+    args = _sweep_parser().parse_args(argv)
+    mechanisms = parse_mechanisms(args.mechanisms)
+    loads = parse_list(args.loads, "--loads", float)
+    if any(not (x > 0) for x in loads):
+        raise SimInputError(f"--loads must be positive jobs/hour, got {args.loads!r}")
+    seeds = parse_list(args.seeds, "--seeds", int)
+    if args.static:
+        raise SimInputError("sweep varies the arrival load; --static traces have none")
+    spec = spec_from_args(args, mechanisms[0])
+    return run_sweep(spec, loads, mechanisms, seeds, args.out, _check_workers(args.jobs_parallel), args.cdf_load)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "compare":
+            return compare_main(argv[1:])
+        if argv and argv[0] == "sweep":
+            return sweep_main(argv[1:])
+        return run_main(argv)
+    except SimInputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

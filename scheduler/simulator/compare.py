@@ -1,0 +1,47 @@
+"""`synergy-sim compare`: several mechanisms on one workload, side by side (Table 5, Fig. 9).
+
+The workload is generated (or read) once and every mechanism replays it with fresh jobs,
+so differences come from the mechanism alone. Ratios are against proportional, the
+GPU-proportional baseline of today's schedulers, or the first mechanism if it is absent.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from rich.console import Console
+
+from synergy.scheduler.simulator.experiment import Prepared, RunSpec, prepare, simulate
+from synergy.scheduler.simulator.pool import run_parallel
+from synergy.scheduler.simulator.report import comparison_table, describe, warn_unfinished
+from synergy.scheduler.simulator.trace import write_trace
+
+BASELINE = "proportional"
+
+
+def _one(task: tuple[Prepared, str]) -> dict[str, Any]:
+    prep, mechanism = task
+    return simulate(prep, mechanism).metrics
+
+
+def compare(prep: Prepared, mechanisms: Sequence[str], workers: int = 1) -> list[dict[str, Any]]:
+    """Metrics of each mechanism over the prepared workload, in the order given."""
+    return run_parallel(_one, [(prep, m) for m in mechanisms], workers)
+
+
+def run_compare(spec: RunSpec, mechanisms: Sequence[str], workers: int, as_json: bool,
+                record_trace: str | None = None) -> int:
+    prep = prepare(spec)
+    if record_trace:
+        write_trace(record_trace, prep.workload)
+    rows = compare(prep, mechanisms, workers)
+    for m in rows:
+        warn_unfinished(m)
+    if as_json:
+        print(json.dumps({m["mechanism"]: m for m in rows}))
+        return 0
+    baseline = next((m for m in rows if m["mechanism"] == BASELINE), rows[0])
+    console = Console()
+    console.print(f"[bold]compare[/bold]: {describe(prep)}", markup=True, highlight=False)
+    console.print(comparison_table(rows, baseline))
+    return 0

@@ -1,0 +1,91 @@
+"""Human-readable output (rich tables); machine-readable output is --json and the CSVs."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from synergy.scheduler.simulator.experiment import Prepared, RunReport
+
+#: (metric key, column title) of the JCT statistics compared across mechanisms.
+JCT_STATS = (("avg_jct_h", "avg JCT"), ("median_jct_h", "median JCT"), ("p95_jct_h", "p95 JCT"),
+             ("p99_jct_h", "p99 JCT"))
+
+
+def describe(prep: Prepared) -> str:
+    s, w = prep.spec, prep.workload
+    if s.trace:
+        origin = f"trace {s.trace}"
+    elif w.static:
+        origin = f"static, split {','.join(map(str, s.split))}, seed {s.seed}"
+    else:
+        origin = f"load {s.load:g}/h, split {','.join(map(str, s.split))}, seed {s.seed}"
+    kind = "multi-GPU" if any(j.gpus > 1 for j in w.jobs) else "single-GPU"
+    ids = sorted(prep.measured)
+    total = prep.cluster.total
+    return (f"{len(w.jobs)} {kind} jobs ({origin}); {int(total.gpus)} GPUs on {s.servers} servers "
+            f"({s.cpus_per_server:g} CPUs, {s.mem_per_server:g} GB each); policy {s.policy}; "
+            f"measuring {len(ids)} jobs (ids {ids[0]}..{ids[-1]})")
+
+
+def fmt_h(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def fmt_frac(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def print_run(prep: Prepared, report: RunReport, console: Console | None = None) -> None:
+    console = console or Console()
+    m = report.metrics
+    console.print(f"[bold]{m['policy']} + {m['mechanism']}[/bold]: {describe(prep)}")
+    t = Table(show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key, title in JCT_STATS:
+        t.add_row(f"{title} (h)", fmt_h(m[key]))
+    t.add_row("makespan (h)", fmt_h(m["makespan_h"]))
+    t.add_row("avg queueing delay (h)", fmt_h(m["avg_queue_delay_h"]))
+    for res in ("gpu", "cpu", "mem"):
+        t.add_row(f"{res.upper()} allocated", fmt_frac(m[f"{res}_util"]))
+    t.add_row("jobs measured", str(m["jobs_measured"]))
+    if m["jobs_unfinished"]:
+        t.add_row("measured jobs unfinished", str(m["jobs_unfinished"]))
+    t.add_row("rounds (core calls)", f"{m['rounds']} ({m['decisions']})")
+    t.add_row("wall time (s)", f"{m['wall_s']:.1f}")
+    console.print(t)
+
+
+def comparison_table(rows: Sequence[Mapping[str, Any]], baseline: Mapping[str, Any]) -> Table:
+    """Mechanisms side by side; each JCT cell also shows its ratio to the baseline's."""
+    t = Table(show_header=True, header_style="bold",
+              caption=f"(in parentheses: ratio to {baseline['mechanism']}; below 1 is better)")
+    t.add_column("metric")
+    for m in rows:
+        t.add_column(m["mechanism"], justify="right")
+    for key, name in JCT_STATS:
+        cells = []
+        for m in rows:
+            v, b = m[key], baseline[key]
+            cells.append(fmt_h(v) + (f" ({v / b:.2f}x)" if v is not None and b else ""))
+        t.add_row(f"{name} (h)", *cells)
+    t.add_row("makespan (h)", *(fmt_h(m["makespan_h"]) for m in rows))
+    t.add_row("avg queueing delay (h)", *(fmt_h(m["avg_queue_delay_h"]) for m in rows))
+    for res in ("gpu", "cpu", "mem"):
+        t.add_row(f"{res.upper()} allocated", *(fmt_frac(m[f"{res}_util"]) for m in rows))
+    t.add_row("jobs measured", *(str(m["jobs_measured"]) for m in rows))
+    t.add_row("wall time (s)", *(f"{m['wall_s']:.1f}" for m in rows))
+    return t
+
+
+def warn_unfinished(m: Mapping[str, Any]) -> None:
+    """One stderr line when a run ended before all its measured jobs completed."""
+    if m["stopped"] == "completed" and not m["jobs_unfinished"]:
+        return
+    why = {"time_limit": "reached --max-time-h", "stalled": "no waiting job can ever be placed"}.get(
+        m["stopped"], m["stopped"])
+    print(f"synergy-sim: warning: {m['mechanism']} run stopped early ({why}) with {m['jobs_unfinished']} "
+          f"measured job(s) unfinished; metrics cover the {m['jobs_measured']} that completed", file=sys.stderr)

@@ -1,0 +1,123 @@
+"""`synergy-sim` as users run it: a real subprocess, its exit code, stdout and stderr."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: A small, fast experiment: 16 GPUs, 120 single-GPU jobs.
+SMALL = ["--servers", "2", "--jobs", "120", "--load", "1.5"]
+
+
+def sim(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "synergy.scheduler.simulator.cli", *args],
+                          capture_output=True, text=True, timeout=240, cwd=cwd)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("synergy-sim: error: "), proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def trace_file(tmp_path: Path):
+    def write(body: str) -> Path:
+        path = tmp_path / "t.csv"
+        path.write_text("job_id,model,arrival_s,iterations,gpus\n" + body)
+        return path
+    return write
+
+
+@pytest.mark.parametrize("body,needles", [
+    ("0,resnet18,0,1000,1\n1,resnet18,0,lots,1\n", ["row 2", "field 'iterations'"]),
+    ("0,resnet18,0,1000,1\n1,bert_huge,0,1000,1\n", ["row 2", "field 'model'", "bert_huge"]),
+    ("0,resnet18,0,1000,32\n", ["row 1", "field 'gpus'", "32 GPUs", "has 16"]),
+])
+def test_bad_trace_rows(trace_file, body: str, needles: list[str]) -> None:
+    path = trace_file(body)
+    line = one_line_error(sim("--servers", "2", "--trace", str(path)))
+    assert str(path) in line
+    for needle in needles:
+        assert needle in line
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--policy", "lottery"], "--policy"),
+    (["--mechanism", "magic"], "--mechanism"),
+    (["compare", "--mechanisms", "proportional,magic"], "magic"),
+    (["--measure", "5000:4000"], "--measure"),
+    (["--measure", "7000:8000", "--jobs", "50"], "selects no job"),
+    (["--split", "20,70"], "--split"),
+    (["--split", "50,50,50"], "--split"),
+    (["--servers", "0"], "--servers"),
+    (["--trace", "/nonexistent/t.csv"], "cannot read"),
+    (["--trace", "/nonexistent/t.csv", "--load", "3"], "--load"),
+    (["--profiles", "/nonexistent/p.json"], "--profiles"),
+    (["sweep", "--loads", "4,x", "--out", "o"], "--loads"),
+    (["--bogus-flag"], "unrecognized"),
+])
+def test_bad_flags_exit_2_with_one_line(args: list[str], needle: str) -> None:
+    assert needle in one_line_error(sim(*args))
+
+
+def test_help_explains_every_flag() -> None:
+    out = sim("--help")
+    assert out.returncode == 0
+    for flag in ("--servers", "--gpus-per-server", "--cpus-per-server", "--mem-per-server", "--policy",
+                 "--mechanism", "--load", "--jobs", "--multi-gpu", "--static", "--split", "--seed",
+                 "--round-s", "--measure", "--profiles", "--trace", "--record-trace", "--json",
+                 "--utilisation-csv", "--max-time-h"):
+        assert flag in out.stdout
+    for sub in ("compare", "sweep"):
+        assert sim(sub, "--help").returncode == 0
+
+
+def test_json_run_record_and_replay_round_trip(tmp_path: Path) -> None:
+    trace = tmp_path / "rec.csv"
+    util = tmp_path / "util.csv"
+    first = sim(*SMALL, "--multi-gpu", "--seed", "4", "--json", "--record-trace", str(trace),
+                "--utilisation-csv", str(util))
+    assert first.returncode == 0, first.stderr
+    a = json.loads(first.stdout)
+    for key in ("avg_jct_h", "median_jct_h", "p95_jct_h", "p99_jct_h", "makespan_h", "avg_queue_delay_h",
+                "gpu_util", "cpu_util", "mem_util", "jobs_measured", "rounds", "wall_s"):
+        assert key in a
+    second = sim("--servers", "2", "--trace", str(trace), "--json")
+    assert second.returncode == 0, second.stderr
+    b = json.loads(second.stdout)
+    a.pop("wall_s"), b.pop("wall_s"), a.pop("load"), b.pop("load"), a.pop("seed"), b.pop("seed")
+    assert a == b
+    with open(util) as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and all(0.0 <= float(r["gpu_frac"]) <= 1.0 for r in rows)
+
+
+def test_compare_tune_is_no_worse_than_proportional() -> None:
+    out = sim("compare", "--mechanisms", "proportional,tune", *SMALL, "--json", "--jobs-parallel", "1")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["tune"]["avg_jct_h"] <= res["proportional"]["avg_jct_h"]
+    table = sim("compare", "--mechanisms", "proportional,greedy,tune", *SMALL, "--jobs-parallel", "2")
+    assert table.returncode == 0, table.stderr
+    assert "greedy" in table.stdout and "ratio to proportional" in table.stdout
+
+
+def test_sweep_writes_csv_and_plots(tmp_path: Path) -> None:
+    out_dir = tmp_path / "sweep"
+    proc = sim("sweep", "--servers", "1", "--jobs", "40", "--loads", "0.5,1", "--mechanisms",
+               "proportional,tune", "--seeds", "0,1", "--out", str(out_dir), "--jobs-parallel", "2")
+    assert proc.returncode == 0, proc.stderr
+    with open(out_dir / "sweep.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 2 * 2
+    assert {(r["load"], r["mechanism"], r["seed"]) for r in rows} == {
+        (load, m, s) for load in ("0.5", "1.0") for m in ("proportional", "tune") for s in ("0", "1")}
+    for png in ("avg_jct_vs_load.png", "jct_cdf.png"):
+        assert (out_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
