@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test install clean-venv
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Demo: a small reproduction of the paper's Fig. 9 point (proportional vs tune).
+# Demo: the paper's Fig. 9 point in the simulator (FIFO, 128 GPUs, load 9 jobs/h, 6000 jobs,
+# measuring jobs 4000:5000): GPU-proportional vs Synergy-GREEDY vs Synergy-TUNE side by side.
 demo: $(STAMP)
-	$(VENV)/bin/synergy-sim compare --mechanisms proportional,greedy,tune --servers 16 --load 9 --jobs 3000 --measure 1500:2500
+	$(VENV)/bin/synergy-sim compare --mechanisms proportional,greedy,tune
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q
