@@ -1,4 +1,5 @@
 """The checked-in gRPC stubs must match the .proto sources (regenerate with protos/generate.py)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -25,9 +26,5 @@ def test_every_enum_starts_with_unspecified() -> None:
 
 
 def test_services_live_in_the_versioned_package() -> None:
-    names = {
-        s.full_name
-        for m in (admin_pb2, job_pb2, node_pb2)
-        for s in m.DESCRIPTOR.services_by_name.values()
-    }
+    names = {s.full_name for m in (admin_pb2, job_pb2, node_pb2) for s in m.DESCRIPTOR.services_by_name.values()}
     assert names == {"synergy.v1.AdminService", "synergy.v1.JobService", "synergy.v1.NodeService"}

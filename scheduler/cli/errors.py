@@ -38,6 +38,9 @@ def from_rpc_error(err: grpc.RpcError, address: str, timeout_s: float) -> CliErr
     """Translate a failed call into the sentence the user sees."""
     code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = one_line((err.details() if isinstance(err, grpc.Call) else "") or "")
+    if code == grpc.StatusCode.UNAVAILABLE and not _from_transport(details):
+        # The daemon itself answered UNAVAILABLE (e.g. its state store is busy): say so.
+        return CliError(f"synergyd at {address} is unavailable: {details}", ExitCode.UNREACHABLE)
     if code == grpc.StatusCode.UNAVAILABLE:
         return CliError(f"cannot reach synergyd at {address} (is it running? see --address, "
                         "SYNERGY_ADDRESS or --state-dir)", ExitCode.UNREACHABLE)
@@ -58,3 +61,13 @@ def from_rpc_error(err: grpc.RpcError, address: str, timeout_s: float) -> CliErr
                 grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED):
         return CliError(details or code.name.lower().replace("_", " "))
     return CliError(f"synergyd failed ({code.name}): {details or 'no detail'}")
+
+
+#: Words of gRPC's own (client-side) UNAVAILABLE details: no connection, or a lost one.
+_TRANSPORT_WORDS = ("connect", "socket", "dns", "resolv", "lookup", "unreachable", "closed", "reset",
+                    "goaway", "handshake", "ssl", "tls", "end of tcp", "broken pipe", "io error")
+
+
+def _from_transport(details: str) -> bool:
+    text = details.lower()
+    return not text or any(word in text for word in _TRANSPORT_WORDS)

@@ -6,6 +6,7 @@ is handled once in main and every command supports it by construction.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from google.protobuf.message import Message
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+#: Line width when stdout is not a terminal.
+PIPE_WIDTH = 200
 
 
 @dataclass(frozen=True)
@@ -32,8 +36,13 @@ def emit(result: Result, as_json: bool) -> None:
         sys.stdout.write("\n")
         sys.stdout.flush()
         return
-    # soft_wrap keeps long values on one line when piped (grep-able); tables size themselves.
-    Console(soft_wrap=True).print(result.view)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped into grep/less: do not fold rows to the 80 columns rich assumes.
+        console = Console(width=PIPE_WIDTH)
+    # Plain strings become Text: user data ("[x]" in a command) is never read as markup.
+    view = Text(result.view) if isinstance(result.view, str) else result.view
+    console.print(view)
 
 
 # -- protobuf -> plain data ---------------------------------------------------------------------
@@ -90,7 +99,7 @@ def _scalar(fd: FieldDescriptor, value: Any) -> Any:
 
 
 def _is_repeated(fd: FieldDescriptor) -> bool:
-    return fd.label == FieldDescriptor.LABEL_REPEATED
+    return bool(fd.is_repeated)
 
 
 def _is_map(fd: FieldDescriptor) -> bool:
@@ -105,11 +114,42 @@ def _has_presence(fd: FieldDescriptor) -> bool:
 # -- table helpers -----------------------------------------------------------------------------
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     t = Table(title=title, title_justify="left", box=None, header_style="bold", pad_edge=False)
-    for col in columns:
-        t.add_column(col, overflow="fold")
+    for i, col in enumerate(columns):
+        # Only the last column (reasons, free text) folds; ids and names stay whole.
+        last = i == len(columns) - 1
+        t.add_column(col, overflow="fold" if last else "ellipsis", no_wrap=not last)
     for row in rows:
-        t.add_row(*("" if v is None else v if isinstance(v, Text) else str(v) for v in row))
+        t.add_row(*(cell(v) for v in row))
     return t
+
+
+def kv_table(rows: Iterable[tuple[str, Any]]) -> Table:
+    """Two columns, key and value, no header: the layout of `describe` and `status`."""
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    for key, value in rows:
+        t.add_row(key, cell(value))
+    return t
+
+
+def cell(value: Any) -> Text:
+    """A table cell; strings are wrapped in Text so rich never interprets them as markup."""
+    if isinstance(value, Text):
+        return value
+    return Text("" if value is None else str(value))
+
+
+#: Colour of a job or node state word wherever it is shown.
+STATE_STYLES = {
+    "running": "green", "queued": "yellow", "preempted": "yellow", "failed": "red",
+    "cancelled": "dim", "succeeded": "blue",
+    "ready": "green", "cordoned": "yellow", "draining": "yellow", "lost": "red",
+}
+
+
+def state_text(word: str) -> Text:
+    return Text(word, style=STATE_STYLES.get(word, ""))
 
 
 def fmt_num(x: float) -> str:

@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 import yaml
 
@@ -24,7 +24,7 @@ MAX_SPEC_BYTES = 1 << 20
 #: Names appear in tables, logs and metric labels: keep them short and shell-safe. Job
 #: names start with a letter so that `synergy describe 17` (an id) never means a name.
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,62}$")
-MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The agent injects SYNERGY_* (job token, daemon address, allocation) into the job's
 #: environment; a user value would shadow them, so that prefix is refused up front.
@@ -137,7 +137,7 @@ def read_spec_document(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{origin}: the file is empty; a job spec needs at least 'name', 'command' and 'gpus'")
     if not isinstance(doc, dict):
         raise SpecError(f"{origin}: a job spec must be a mapping of fields (name: ..., gpus: ...), "
-                        f"not a {_kind(doc)}")
+                        f"not {_kind(doc)}")
     return doc
 
 
@@ -147,9 +147,10 @@ def load_spec(path: str | Path, *, base_dir: str | Path | None = None,
     """Load, merge command-line overrides into, and validate a spec file."""
     doc = read_spec_document(path)
     for key, value in (overrides or {}).items():
-        # --env adds to the file's env instead of replacing it; other flags replace.
-        if key == "env" and isinstance(doc.get("env"), dict):
-            doc["env"] = {**doc["env"], **value}
+        # Mappings (env, elastic) are merged key by key, so `--env A=1` adds to the file's
+        # env and `--max-gpus 8` keeps its min_gpus; every other override replaces.
+        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+            doc[key] = {**doc[key], **value}
         else:
             doc[key] = value
     return parse_spec(doc, origin=str(path), base_dir=base_dir, labels=labels,
@@ -171,7 +172,7 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
     name = f.string("name", required=True, pattern=NAME_RE,
                     hint="1-63 letters, digits, '.', '_' or '-', starting with a letter")
     command = f.command("command")
-    gpus = f.integer("gpus", required=True, low=1)
+    gpus = f.integer("gpus", required=True, low=1) or 0  # required: never None here
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     working_dir = f.path("working_dir", base=base) or str(base.absolute())
     checkpoint_dir = f.path("checkpoint_dir", base=Path(working_dir)) or ""
@@ -205,7 +206,7 @@ class _Fields:
         full = self.prefix + key
         return self.labels.get(full, f"field {full!r}")
 
-    def fail(self, key: str, message: str) -> None:
+    def fail(self, key: str, message: str) -> NoReturn:
         raise SpecError(f"{self.origin}: {self.label(key)} {message}")
 
     def reject_unknown(self, known: tuple[str, ...]) -> None:
@@ -311,7 +312,6 @@ class _Fields:
             return next(iter(profiles.values()))
         wanted = f"no model {model!r}" if model else "several models and no 'model' field to pick one"
         self.fail(key, f"file {path} has {wanted} (it has: {', '.join(sorted(profiles))})")
-        return None
 
     def env(self, key: str) -> dict[str, str]:
         value = self._get(key, False)
@@ -346,9 +346,8 @@ class _Fields:
             self.fail(key, f"must be a mapping with min_gpus and max_gpus, got {_kind(value)}")
         sub = _Fields(value, self.origin, self.labels, prefix=f"{self.prefix}{key}.")
         sub.reject_unknown(ELASTIC_FIELDS)
-        lo = sub.integer("min_gpus", required=True, low=1)
-        hi = sub.integer("max_gpus", required=True, low=1)
-        assert lo is not None and hi is not None
+        lo = sub.integer("min_gpus", required=True, low=1) or 0  # required: never None here
+        hi = sub.integer("max_gpus", required=True, low=1) or 0
         if lo > hi:
             sub.fail("min_gpus", f"({lo}) must not exceed max_gpus ({hi})")
         if not lo <= gpus <= hi:

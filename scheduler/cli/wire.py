@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from synergy.scheduler.cli.spec import JobSpec
-from synergy.scheduler.profiles.format import SensitivityProfile
-from synergy.v1 import admin_pb2, common_pb2
+from synergy.scheduler.daemon.servicers.convert import profile_to_msg
+from synergy.v1 import admin_pb2
 
 
 def spec_to_proto(spec: JobSpec) -> admin_pb2.JobSpec:
@@ -28,19 +28,5 @@ def spec_to_proto(spec: JobSpec) -> admin_pb2.JobSpec:
         iterations=spec.iterations,
     )
     if spec.profile is not None:
-        msg.profile.CopyFrom(profile_to_proto(spec.profile))
+        msg.profile.CopyFrom(profile_to_msg(spec.profile.model, spec.profile.to_dict()))
     return msg
-
-
-def profile_to_proto(p: SensitivityProfile) -> common_pb2.SensitivityProfile:
-    return common_pb2.SensitivityProfile(
-        model=p.model,
-        task=p.task,
-        cpus_per_gpu=list(p.cpus_per_gpu),
-        mem_gb_per_gpu=list(p.mem_gb_per_gpu),
-        throughput=[common_pb2.ProfileRow(throughput=list(row)) for row in p.throughput],
-        reference_cpus_per_gpu=p.reference[0],
-        reference_mem_gb_per_gpu=p.reference[1],
-        iter_time_s=p.iter_time_s,
-        source=p.source,
-    )

@@ -1,4 +1,5 @@
 """Time as an injected dependency, so the round loop and leases can be tested without sleeping."""
+
 from __future__ import annotations
 
 import threading

@@ -4,6 +4,7 @@ Precedence: command-line flag > `--config FILE.toml` > default. TOML keys are th
 without dashes prefix, with `-` or `_` (`round-s = 60` or `round_s = 60`). Every setting is
 validated here, so a bad value stops the daemon with one line naming the flag.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,6 +38,7 @@ class DaemonConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    agent_port: int = 0
     lease_grace_s: float | None = None
     node_timeout_s: float | None = None
     launch_timeout_s: float | None = None
@@ -101,12 +103,13 @@ HELP: dict[str, str] = {
     "tls_cert": "PEM server certificate: serve TLS instead of plaintext (needs --tls-key)",
     "tls_key": "PEM private key of --tls-cert",
     "tls_client_ca": "PEM CA: agents must present a client certificate it signed (mutual TLS)",
+    "agent_port": "with --tls-client-ca: port where agents connect presenting client certificates "
+    "(0 picks a free one, written to STATE_DIR/agent_address; default 0)",
     "lease_grace_s": "a job rank that has not renewed for this long is lost and requeued "
     "(default: 3 renew intervals, at least 2 s)",
     "node_timeout_s": "a node without heartbeat for this long is lost and its jobs requeued "
     "(default: 3 heartbeat intervals, at least 3 s)",
-    "launch_timeout_s": "time from a launch decision to every rank's first renewal "
-    "(default: max(120, round))",
+    "launch_timeout_s": "time from a launch decision to every rank's first renewal (default: max(120, round))",
     "stop_timeout_s": "time a job asked to stop has to checkpoint and exit before its agent kills it "
     "(default: max(120, round/2))",
     "plan_lead_s": "decide the next round this long before its boundary (default: round/10, at most 30)",
@@ -131,13 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "config":
             parser.add_argument(flag, metavar="FILE.toml", help=text)
             continue
-        kind = _TYPES[name]
-        metavar = "DIR" if name == "state_dir" else ("FILE" if name in _PATHS else None)
-        convert: Any = str
-        if "float" in str(kind):
-            convert = float
-        elif "int" in str(kind):
-            convert = int
+        kind = str(_TYPES[name])
+        convert: Any = float if "float" in kind else int if "int" in kind else str
+        metavar = (
+            "DIR"
+            if name == "state_dir"
+            else "FILE"
+            if name in _PATHS
+            else "SECONDS"
+            if name.endswith("_s")
+            else "NAME"
+            if name in ("policy", "mechanism")
+            else "N"
+            if convert is not str
+            else name.split("_")[-1].upper()
+        )
         parser.add_argument(flag, dest=name, type=convert, metavar=metavar, help=text)
     return parser
 
@@ -192,7 +203,7 @@ def _validate(c: DaemonConfig) -> None:
         raise ConfigError(f"--policy: unknown policy {c.policy!r}; choose one of {', '.join(POLICIES)}")
     if c.mechanism not in MECHANISMS:
         raise ConfigError(f"--mechanism: unknown mechanism {c.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
-    for flag, port in (("port", c.port), ("metrics-port", c.metrics_port)):
+    for flag, port in (("port", c.port), ("metrics-port", c.metrics_port), ("agent-port", c.agent_port)):
         if port is not None and not 0 <= int(port) <= 65535:
             raise ConfigError(f"--{flag} must be between 0 and 65535, got {port}")
     positive("round-s", c.round_s)

@@ -2,6 +2,7 @@
 
 The logic never imports grpc: these exceptions are its whole vocabulary for "no".
 """
+
 from __future__ import annotations
 
 

@@ -4,6 +4,7 @@ Records are frozen dataclasses: the logic builds a changed copy with `dataclasse
 and hands it to the store, which commits it before the in-memory view changes. A failed
 commit therefore leaves both the database and the memory as they were.
 """
+
 from __future__ import annotations
 
 import enum
@@ -34,9 +35,7 @@ ALLOWED: dict[JobState | None, frozenset[JobState]] = {
     JobState.SUBMITTED: frozenset({JobState.PROFILING, JobState.CANCELLED}),
     JobState.PROFILING: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
     JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset(
-        {JobState.PREEMPTED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
-    ),
+    JobState.RUNNING: frozenset({JobState.PREEMPTED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
     JobState.PREEMPTED: frozenset({JobState.QUEUED, JobState.CANCELLED}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),

@@ -8,10 +8,12 @@ Layout (all created on first start; secrets are mode 0600, the directory 0700)::
     STATE_DIR/admin.token       the CLI presents it
     STATE_DIR/address           host:port of the gRPC server (written after binding)
     STATE_DIR/metrics_address   host:port of /metrics and /healthz (when enabled)
+    STATE_DIR/agent_address     host:port of the mutual-TLS agent port (with --tls-client-ca)
 
 The CLI, run on the same machine, finds the daemon and its admin token here; the names are
 exported as constants for it.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -24,6 +26,7 @@ CLUSTER_TOKEN_FILE = "cluster.token"
 ADMIN_TOKEN_FILE = "admin.token"
 ADDRESS_FILE = "address"
 METRICS_ADDRESS_FILE = "metrics_address"
+AGENT_ADDRESS_FILE = "agent_address"
 
 
 def default_state_dir() -> Path:
@@ -57,19 +60,19 @@ class StateDir:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise StateDirError(
-                f"--state-dir {self.path}: another synergyd (pid {holder}) is running on it"
-            ) from None
+            raise StateDirError(f"--state-dir {self.path}: another synergyd (pid {holder}) is running on it") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
 
     def close(self) -> None:
-        for name in (ADDRESS_FILE, METRICS_ADDRESS_FILE):
+        """Remove the address files and release the lock (only if this process holds it)."""
+        if self._lock_fd is None:
+            return
+        for name in (ADDRESS_FILE, METRICS_ADDRESS_FILE, AGENT_ADDRESS_FILE):
             (self.path / name).unlink(missing_ok=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
+        os.close(self._lock_fd)  # releases the flock
+        self._lock_fd = None
 
     def token(self, override: Path | None, default_name: str) -> str:
         """Read the token file, generating it (0600) when it is the default and missing."""

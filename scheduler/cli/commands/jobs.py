@@ -14,7 +14,7 @@ from rich.text import Text
 from synergy.scheduler.cli.connection import Client
 from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import (
-    Result, enum_word, fmt_age, fmt_num, fmt_time, table, to_plain,
+    Result, enum_word, fmt_age, fmt_num, fmt_time, kv_table, state_text, table, to_plain,
 )
 from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec
 from synergy.scheduler.cli.wire import spec_to_proto
@@ -31,11 +31,14 @@ SPEC_FLAGS: dict[str, str] = {
 STATES = [enum_word(common_pb2.JobState.DESCRIPTOR, v.number)
           for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
 TERMINAL = ("succeeded", "failed", "cancelled")
+#: Exit codes of the job contract (job.proto, iterator) worth a word in describe.
+EXIT_MEANING = {75: " (checkpointed and exited to be restarted)", 143: " (terminated by SIGTERM)",
+                -9: " (killed by SIGKILL)", -15: " (killed by SIGTERM)"}
 
 
-def register(sub: argparse._SubParsersAction, common: list[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "submit", parents=common, help="submit a job from a YAML spec or from flags",
+        "submit", help="submit a job from a YAML spec or from flags",
         description="Submit a job. Give a YAML spec (docs/cli.md), flags, or both (flags override "
                     "the file). The command runs without a shell: pass it as --command \"python "
                     "train.py --lr 0.1\" (split like a shell would, but never run by one) or after "
@@ -66,7 +69,7 @@ def register(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPars
                    help="validate and print the spec that would be sent; do not contact synergyd")
     p.set_defaults(func=submit, argv_command=None)
 
-    p = sub.add_parser("jobs", parents=common, help="list jobs",
+    p = sub.add_parser("jobs", help="list jobs",
                        description="List jobs, oldest first, with why each queued job waits.")
     p.add_argument("--state", action="append", choices=STATES, default=[],
                    help="only jobs in this state (repeatable)")
@@ -74,13 +77,13 @@ def register(sub: argparse._SubParsersAction, common: list[argparse.ArgumentPars
     p.add_argument("--limit", type=int, default=0, help="at most this many, the most recent (0: all)")
     p.set_defaults(func=list_jobs)
 
-    p = sub.add_parser("describe", parents=common, help="show one job with its state history",
+    p = sub.add_parser("describe", help="show one job with its state history",
                        description="Show one job: spec, allocation, progress, why it waits, and every "
                                    "state transition with its reason.")
     p.add_argument("job", metavar="JOB", help="job id or name")
     p.set_defaults(func=describe)
 
-    p = sub.add_parser("cancel", parents=common, help="cancel a job",
+    p = sub.add_parser("cancel", help="cancel a job",
                        description="Cancel a job: a queued job ends at once, a running job is told "
                                    "to terminate and its resources are released.")
     p.add_argument("job", metavar="JOB", help="job id or name")
@@ -97,9 +100,10 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
         value = getattr(args, key)
         if value is None:
             continue
-        if key in ("working_dir", "checkpoint_dir", "profile"):
-            # Flags are relative to where the user typed them, not to the spec file.
-            value = str(Path(value).expanduser().absolute()) if key != "checkpoint_dir" else value
+        if key in ("working_dir", "profile"):
+            # Paths typed on the command line are relative to where they were typed (a
+            # relative --checkpoint-dir stays relative: to the working directory).
+            value = str(Path(value).expanduser().absolute())
         overrides[key], labels[key] = value, flag
     if args.command_str is not None and args.argv_command:
         raise CliError("give the command either with --command or after '--', not both", ExitCode.USAGE)
@@ -107,8 +111,9 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
         overrides["command"], labels["command"] = args.command_str, "--command"
     elif args.argv_command:
         overrides["command"], labels["command"] = list(args.argv_command), "the command after '--'"
-    if args.min_gpus is not None or args.max_gpus is not None:
-        overrides["elastic"] = {"min_gpus": args.min_gpus, "max_gpus": args.max_gpus}
+    elastic = {k: v for k, v in (("min_gpus", args.min_gpus), ("max_gpus", args.max_gpus)) if v is not None}
+    if elastic:
+        overrides["elastic"] = elastic
         labels.update({"elastic": "--min-gpus/--max-gpus", "elastic.min_gpus": "--min-gpus",
                        "elastic.max_gpus": "--max-gpus"})
     flag_env = _parse_env_flags(args.env)
@@ -148,18 +153,17 @@ def submit(args: argparse.Namespace, connect: Connect) -> Result:
         return Result({"spec": spec.to_dict()}, _spec_view(spec))
     with connect() as client:
         job = client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_proto(spec))).job
-    line = Text.assemble("submitted job ", (str(job.id), "bold"), f" ({job.name}): ",
-                         (_state(job), _state_style(_state(job))))
+    line = Text.assemble("submitted job ", (str(job.id), "bold"), f" ({job.name}): ", state_text(_state(job)))
     if job.waiting_reason:
         line.append(f"; waiting: {job.waiting_reason}")
-    return Result(_job_data(job), line)
+    return Result(to_plain(job), line)
 
 
 def _spec_view(spec: JobSpec) -> Table:
     d = spec.to_dict()
     if spec.profile is not None:
         d["profile"] = f"{spec.profile.model} ({spec.profile.source or 'from file'})"
-    return _kv_table([(k, _show(v)) for k, v in d.items() if v not in (None, "", {}, [])])
+    return kv_table([(k, _show(v)) for k, v in d.items() if v not in (None, "", {}, [])])
 
 
 # -- jobs / describe / cancel ------------------------------------------------------------------
@@ -175,45 +179,36 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         jobs = list(client.call("ListJobs", req).jobs)
     rows = [
-        (j.id, j.name, Text(_state(j), style=_state_style(_state(j))), j.spec.gpus,
+        (j.id, j.name, state_text(_state(j)), j.spec.gpus,
          j.spec.model or "-", _where(j), j.steps_done or "-", fmt_age(j.submitted_at_unix_s),
          j.waiting_reason if _state(j) == "queued" and j.waiting_reason else j.state_reason)
         for j in jobs
     ]
     view = table(None, ["ID", "NAME", "STATE", "GPUS", "MODEL", "ALLOCATION", "STEPS", "AGE", "REASON"],
                  rows) if rows else Text("no jobs")
-    return Result({"jobs": [_job_data(j) for j in jobs]}, view)
+    return Result({"jobs": [to_plain(j) for j in jobs]}, view)
 
 
 def describe(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         job = client.call("DescribeJob", admin_pb2.DescribeJobRequest(job=args.job)).job
-    return Result(_job_data(job), _describe_view(job))
+    return Result(to_plain(job), _describe_view(job))
 
 
 def cancel(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         job = client.call("CancelJob", admin_pb2.CancelJobRequest(job=args.job, reason=args.reason)).job
-    return Result(_job_data(job), Text.assemble("job ", (str(job.id), "bold"), f" ({job.name}): ",
-                                                (_state(job), _state_style(_state(job)))))
+    return Result(to_plain(job), Text.assemble("job ", (str(job.id), "bold"), f" ({job.name}): ",
+                                               state_text(_state(job))))
 
 
 # -- views --------------------------------------------------------------------------------------
-def _job_data(job: admin_pb2.JobInfo) -> dict[str, Any]:
-    return to_plain(job)
-
-
 def _state(job: admin_pb2.JobInfo) -> str:
     return enum_word(common_pb2.JobState.DESCRIPTOR, job.state)
 
 
 def _state_number(word: str) -> int:
     return common_pb2.JobState.Value("JOB_STATE_" + word.upper())
-
-
-def _state_style(word: str) -> str:
-    return {"running": "green", "queued": "yellow", "preempted": "yellow", "failed": "red",
-            "cancelled": "dim", "succeeded": "blue"}.get(word, "")
 
 
 def _where(job: admin_pb2.JobInfo) -> str:
@@ -227,13 +222,13 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     state = _state(job)
     rows: list[tuple[str, Any]] = [
         ("id", job.id), ("name", job.name),
-        ("state", Text(state, style=_state_style(state))),
+        ("state", state_text(state)),
         ("reason", job.state_reason),
     ]
     if job.waiting_reason:
         rows.append(("waiting", Text(job.waiting_reason, style="yellow")))
     rows += [
-        ("command", " ".join(_quote(a) for a in s.command)),
+        ("command", shlex.join(s.command)),
         ("working dir", s.working_dir or "(agent default)"),
         ("gpus", s.gpus),
         ("hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
@@ -258,8 +253,8 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     if job.stop_at_step:
         rows.append(("stopping at", f"step {job.stop_at_step}"))
     if job.exit_code:
-        rows.append(("exit code", job.exit_code))
-    parts: list[Any] = [_kv_table(rows)]
+        rows.append(("exit code", f"{job.exit_code}{EXIT_MEANING.get(job.exit_code, '')}"))
+    parts: list[Any] = [kv_table(rows)]
     if job.placements:
         parts += [Text(""), table("Allocation", ["NODE", "GPUS", "CPUS", "MEM GB"],
                                   [(p.node_id, p.gpus, fmt_num(p.cpus), fmt_num(p.mem_gb))
@@ -270,22 +265,9 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     return Group(*parts)
 
 
-def _kv_table(rows: list[tuple[str, Any]]) -> Table:
-    t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold")
-    t.add_column(overflow="fold")
-    for key, value in rows:
-        t.add_row(key, value if isinstance(value, Text) else str(value))
-    return t
-
-
 def _show(value: Any) -> str:
     if isinstance(value, list):
-        return " ".join(_quote(str(v)) for v in value)
+        return shlex.join(str(v) for v in value)
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
-
-
-def _quote(arg: str) -> str:
-    return shlex.quote(arg)

@@ -1,4 +1,5 @@
 """State stores behind one protocol (`StateStore`); `open_store` picks the backend."""
+
 from __future__ import annotations
 
 from pathlib import Path

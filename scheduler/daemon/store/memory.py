@@ -1,9 +1,11 @@
 """In-memory state store: the reference backend, and the read cache of the SQLite one."""
+
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
-from synergy.scheduler.daemon.records import JobRecord, NodeRecord
+from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
 
 
 class MemoryStore:
@@ -12,6 +14,11 @@ class MemoryStore:
     def __init__(self) -> None:
         self._jobs: dict[int, JobRecord] = {}
         self._names: dict[str, list[int]] = {}
+        self._active: dict[int, JobRecord] = {}
+        self._active_sorted: list[JobRecord] | None = None
+        #: node id -> RUNNING jobs with a share on it (heartbeats look here, not at every job).
+        self._on_node: dict[str, dict[int, JobRecord]] = {}
+        self._max_id = 0
         self._nodes: dict[str, NodeRecord] = {}
         self._settings: dict[str, str] = {}
 
@@ -19,14 +26,23 @@ class MemoryStore:
     def jobs(self) -> list[JobRecord]:
         return [self._jobs[k] for k in sorted(self._jobs)]
 
+    def active_jobs(self) -> list[JobRecord]:
+        if self._active_sorted is None:  # rebuilt only after a write: reads dominate
+            self._active_sorted = [self._active[k] for k in sorted(self._active)]
+        return list(self._active_sorted)
+
     def job(self, job_id: int) -> JobRecord | None:
         return self._jobs.get(job_id)
+
+    def running_on(self, node_id: str) -> list[JobRecord]:
+        held = self._on_node.get(node_id, {})
+        return [held[k] for k in sorted(held)]
 
     def jobs_named(self, name: str) -> list[JobRecord]:
         return [self._jobs[i] for i in self._names.get(name, ())]
 
     def next_job_id(self) -> int:
-        return max(self._jobs, default=0) + 1
+        return self._max_id + 1
 
     def nodes(self) -> list[NodeRecord]:
         return [self._nodes[k] for k in sorted(self._nodes)]
@@ -39,6 +55,9 @@ class MemoryStore:
 
     # -- writes -------------------------------------------------------------------------------
     def save_jobs(self, jobs: Iterable[JobRecord]) -> None:
+        self._remember_jobs(list(jobs))
+
+    def save_progress(self, jobs: Iterable[JobRecord]) -> None:
         self._remember_jobs(list(jobs))
 
     def save_nodes(self, nodes: Iterable[NodeRecord]) -> None:
@@ -56,4 +75,24 @@ class MemoryStore:
             old = self._jobs.get(j.id)
             if old is None:
                 self._names.setdefault(j.name, []).append(j.id)
+                self._max_id = max(self._max_id, j.id)
+            else:
+                for p in old.placements:
+                    self._on_node.get(p.server_id, {}).pop(j.id, None)
             self._jobs[j.id] = j
+            if j.state.terminal:
+                self._active.pop(j.id, None)
+            else:
+                self._active[j.id] = j
+            if j.state == JobState.RUNNING:
+                for p in j.placements:
+                    self._on_node.setdefault(p.server_id, {})[j.id] = j
+        self._active_sorted = None
+
+    def _apply_progress(self, job_id: int, steps_done: int, samples_per_s: float, attained_gpu_s: float) -> None:
+        """Load-time helper: newer progress counters over a job's stored body."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            self._remember_jobs(
+                [replace(job, steps_done=steps_done, samples_per_s=samples_per_s, attained_gpu_s=attained_gpu_s)]
+            )

@@ -4,9 +4,11 @@ Every write is one transaction committed (synchronous=FULL) before the in-memory
 updated and before the RPC that caused it is answered, so `kill -9` at any instant leaves
 either the old or the new state, never half of a round.
 """
+
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Iterable
@@ -27,6 +29,9 @@ CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL, sta
 CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs(name);
 CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS progress (
+    job_id INTEGER PRIMARY KEY, steps_done INTEGER NOT NULL, samples_per_s REAL NOT NULL, attained_gpu_s REAL NOT NULL
+);
 """
 
 
@@ -40,6 +45,8 @@ class SqliteStore(MemoryStore):
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = Path(path)
+        if not self.path.exists():  # holds job tokens: owner-only from the start (WAL files inherit it)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -57,6 +64,8 @@ class SqliteStore(MemoryStore):
         self._remember_jobs([job_from_dict(json.loads(b)) for (b,) in rows])
         for (b,) in self._db.execute("SELECT body FROM nodes ORDER BY id"):
             MemoryStore.save_nodes(self, [node_from_dict(json.loads(b))])
+        for row in self._db.execute("SELECT job_id, steps_done, samples_per_s, attained_gpu_s FROM progress"):
+            self._apply_progress(*row)
         for k, v in self._db.execute("SELECT key, value FROM settings"):
             MemoryStore.save_setting(self, k, v)
 
@@ -75,16 +84,33 @@ class SqliteStore(MemoryStore):
         jobs = list(jobs)
         if not jobs:
             return
+        statements: list[tuple[str, tuple]] = []
+        for j in jobs:
+            body = json.dumps(job_to_dict(j), separators=(",", ":"))
+            statements.append(
+                (
+                    "INSERT OR REPLACE INTO jobs (id, name, state, body) VALUES (?, ?, ?, ?)",
+                    (j.id, j.name, j.state.value, body),
+                )
+            )
+            statements.append(("DELETE FROM progress WHERE job_id = ?", (j.id,)))  # the body is newer
+        self._commit(statements)
+        super().save_jobs(jobs)
+
+    def save_progress(self, jobs: Iterable[JobRecord]) -> None:
+        jobs = list(jobs)
+        if not jobs:
+            return
         self._commit(
             [
                 (
-                    "INSERT OR REPLACE INTO jobs (id, name, state, body) VALUES (?, ?, ?, ?)",
-                    (j.id, j.name, j.state.value, json.dumps(job_to_dict(j), separators=(",", ":"))),
+                    "INSERT OR REPLACE INTO progress VALUES (?, ?, ?, ?)",
+                    (j.id, j.steps_done, j.samples_per_s, j.attained_gpu_s),
                 )
                 for j in jobs
             ]
         )
-        super().save_jobs(jobs)
+        super().save_progress(jobs)
 
     def save_nodes(self, nodes: Iterable[NodeRecord]) -> None:
         nodes = list(nodes)

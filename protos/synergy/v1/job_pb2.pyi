@@ -1,0 +1,155 @@
+from synergy.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LeaseAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_ACTION_UNSPECIFIED: _ClassVar[LeaseAction]
+    LEASE_ACTION_CONTINUE: _ClassVar[LeaseAction]
+    LEASE_ACTION_STOP: _ClassVar[LeaseAction]
+    LEASE_ACTION_TERMINATE: _ClassVar[LeaseAction]
+
+class CompletionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPLETION_OUTCOME_UNSPECIFIED: _ClassVar[CompletionOutcome]
+    COMPLETION_OUTCOME_SUCCEEDED: _ClassVar[CompletionOutcome]
+    COMPLETION_OUTCOME_FAILED: _ClassVar[CompletionOutcome]
+LEASE_ACTION_UNSPECIFIED: LeaseAction
+LEASE_ACTION_CONTINUE: LeaseAction
+LEASE_ACTION_STOP: LeaseAction
+LEASE_ACTION_TERMINATE: LeaseAction
+COMPLETION_OUTCOME_UNSPECIFIED: CompletionOutcome
+COMPLETION_OUTCOME_SUCCEEDED: CompletionOutcome
+COMPLETION_OUTCOME_FAILED: CompletionOutcome
+
+class Lease(_message.Message):
+    __slots__ = ("job_id", "attempt", "expires_at_unix_s", "placements", "round_index")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    ROUND_INDEX_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    expires_at_unix_s: float
+    placements: _containers.RepeatedCompositeFieldContainer[_common_pb2.Placement]
+    round_index: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., expires_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., round_index: _Optional[int] = ...) -> None: ...
+
+class RegisterJobProcessRequest(_message.Message):
+    __slots__ = ("job_id", "attempt", "rank", "world_size", "node_id", "hostname", "pid")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    rank: int
+    world_size: int
+    node_id: str
+    hostname: str
+    pid: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class RegisterJobProcessResponse(_message.Message):
+    __slots__ = ("lease", "renew_interval_s", "resume_checkpoint_path", "resume_step")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    RESUME_CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
+    RESUME_STEP_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    renew_interval_s: float
+    resume_checkpoint_path: str
+    resume_step: int
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., renew_interval_s: _Optional[float] = ..., resume_checkpoint_path: _Optional[str] = ..., resume_step: _Optional[int] = ...) -> None: ...
+
+class ReportProfileRequest(_message.Message):
+    __slots__ = ("job_id", "profile")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    profile: _common_pb2.SensitivityProfile
+    def __init__(self, job_id: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ...) -> None: ...
+
+class ReportProfileResponse(_message.Message):
+    __slots__ = ("profile_source",)
+    PROFILE_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    profile_source: str
+    def __init__(self, profile_source: _Optional[str] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("job_id", "attempt", "rank", "step", "samples_per_s", "steps_per_s")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    rank: int
+    step: int
+    samples_per_s: float
+    steps_per_s: float
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("action", "lease", "stop_at_step", "reason", "renew_interval_s")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    STOP_AT_STEP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RENEW_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    action: LeaseAction
+    lease: Lease
+    stop_at_step: int
+    reason: str
+    renew_interval_s: float
+    def __init__(self, action: _Optional[_Union[LeaseAction, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., stop_at_step: _Optional[int] = ..., reason: _Optional[str] = ..., renew_interval_s: _Optional[float] = ...) -> None: ...
+
+class ReportCheckpointRequest(_message.Message):
+    __slots__ = ("job_id", "attempt", "step", "path")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    step: int
+    path: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., step: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ReportCheckpointResponse(_message.Message):
+    __slots__ = ("resume_step",)
+    RESUME_STEP_FIELD_NUMBER: _ClassVar[int]
+    resume_step: int
+    def __init__(self, resume_step: _Optional[int] = ...) -> None: ...
+
+class ReportCompletionRequest(_message.Message):
+    __slots__ = ("job_id", "attempt", "outcome", "step", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    attempt: int
+    outcome: CompletionOutcome
+    step: int
+    message: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., outcome: _Optional[_Union[CompletionOutcome, str]] = ..., step: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReportCompletionResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: _common_pb2.JobState
+    def __init__(self, state: _Optional[_Union[_common_pb2.JobState, str]] = ...) -> None: ...

@@ -1,0 +1,70 @@
+"""Node commands: nodes, cordon, drain, resume."""
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from rich.text import Text
+
+from synergy.scheduler.cli.connection import Client
+from synergy.scheduler.cli.output import Result, enum_word, fmt_age, fmt_num, state_text, table, to_plain
+from synergy.v1 import admin_pb2, common_pb2
+
+Connect = Callable[[], Client]
+
+#: command -> (RPC, request type, help, what it does)
+ACTIONS = {
+    "cordon": ("CordonNode", admin_pb2.CordonNodeRequest, "stop placing new jobs on a node",
+               "Stop placing new jobs on NODE; jobs already running there keep their allocation."),
+    "drain": ("DrainNode", admin_pb2.DrainNodeRequest, "move every job off a node",
+              "Cordon NODE and ask its jobs to checkpoint and leave; they are requeued and placed "
+              "elsewhere by the next rounds."),
+    "resume": ("ResumeNode", admin_pb2.ResumeNodeRequest, "make a cordoned or drained node schedulable",
+               "Make NODE schedulable again after cordon or drain."),
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("nodes", help="list nodes",
+                       description="List registered nodes: state, free/allocatable resources, jobs, "
+                                   "last heartbeat.")
+    p.set_defaults(func=list_nodes)
+    for name, (_, _, short, long) in ACTIONS.items():
+        p = sub.add_parser(name, help=short, description=long)
+        p.add_argument("node", metavar="NODE", help="node id (see `synergy nodes`)")
+        p.add_argument("--reason", required=name != "resume", default="",
+                       help="why (shown by `synergy nodes` and kept in moved jobs' history)"
+                       + ("" if name == "resume" else "; required"))
+        p.set_defaults(func=change_node, action=name)
+
+
+def list_nodes(args: argparse.Namespace, connect: Connect) -> Result:
+    with connect() as client:
+        nodes = list(client.call("ListNodes", admin_pb2.ListNodesRequest()).nodes)
+    rows = [
+        (n.node_id, state_text(_state(n)),
+         f"{fmt_num(n.free.gpus)}/{fmt_num(n.allocatable.gpus)}",
+         f"{fmt_num(n.free.cpus)}/{fmt_num(n.allocatable.cpus)}",
+         f"{fmt_num(n.free.mem_gb)}/{fmt_num(n.allocatable.mem_gb)}",
+         ",".join(str(j) for j in n.job_ids) or "-",
+         fmt_age(n.last_heartbeat_unix_s) + " ago" if n.last_heartbeat_unix_s else "-",
+         n.state_reason)
+        for n in nodes
+    ]
+    view = table(None, ["NODE", "STATE", "FREE GPUS", "FREE CPUS", "FREE GB", "JOBS", "HEARTBEAT", "REASON"],
+                 rows) if rows else Text("no nodes registered")
+    return Result({"nodes": [to_plain(n) for n in nodes]}, view)
+
+
+def change_node(args: argparse.Namespace, connect: Connect) -> Result:
+    method, request_type, _, _ = ACTIONS[args.action]
+    with connect() as client:
+        node = client.call(method, request_type(node_id=args.node, reason=args.reason)).node
+    line = Text.assemble("node ", (node.node_id, "bold"), ": ", state_text(_state(node)))
+    if node.state_reason:
+        line.append(f" ({node.state_reason})")
+    return Result(to_plain(node), line)
+
+
+def _state(node: admin_pb2.NodeInfo) -> str:
+    return enum_word(common_pb2.NodeState.DESCRIPTOR, node.state)

@@ -1,0 +1,170 @@
+"""The composition root: builds every part of synergyd from its config, starts and stops it.
+
+Nothing here decides anything; it wires the logic (jobs, nodes, leases, rounds,
+reconciler), the servicers, the gRPC server and the metrics endpoint together in the one
+order that is safe: lock the state dir, open the store, recover, then listen.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+from synergy.scheduler.daemon.auth import AuthInterceptor
+from synergy.scheduler.daemon.clock import Clock, SystemClock
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.decoding import StrictDecoding
+from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent
+from synergy.scheduler.daemon.jobs import JobBook
+from synergy.scheduler.daemon.leases import LeaseBook
+from synergy.scheduler.daemon.logs import LOGGER, event
+from synergy.scheduler.daemon.metrics import Metrics, MetricsServer
+from synergy.scheduler.daemon.nodes import NodeBook
+from synergy.scheduler.daemon.profiles import ProfileBook, load_zoo
+from synergy.scheduler.daemon.reconciler import Reconciler
+from synergy.scheduler.daemon.records import JobState
+from synergy.scheduler.daemon.rounds import RoundLoop
+from synergy.scheduler.daemon.server import LoopThread, Servers, build
+from synergy.scheduler.daemon.servicers.admin_servicer import VERSION, AdminServicer
+from synergy.scheduler.daemon.servicers.job_servicer import JobServicer
+from synergy.scheduler.daemon.servicers.node_servicer import NodeServicer
+from synergy.scheduler.daemon.statedir import (
+    ADDRESS_FILE,
+    ADMIN_TOKEN_FILE,
+    AGENT_ADDRESS_FILE,
+    CLUSTER_TOKEN_FILE,
+    METRICS_ADDRESS_FILE,
+    StateDir,
+)
+from synergy.scheduler.daemon.store import open_store
+
+
+@dataclass
+class Logic:
+    """Everything that decides, none of what talks: the part unit tests drive directly."""
+
+    ctx: DaemonContext
+    jobs: JobBook
+    reconciler: Reconciler
+    nodes: NodeBook
+    leases: LeaseBook
+    rounds: RoundLoop
+
+    @classmethod
+    def build(cls, ctx: DaemonContext) -> Logic:
+        jobs = JobBook(ctx)
+        reconciler = Reconciler(ctx, jobs)
+        nodes = NodeBook(ctx, jobs, reconciler)
+        return cls(ctx, jobs, reconciler, nodes, LeaseBook(ctx, jobs), RoundLoop(ctx, jobs, nodes))
+
+    def recover(self) -> None:
+        """Settle jobs a crash left between two steps of admission or preemption."""
+        ctx = self.ctx
+        with ctx.lock:
+            now = ctx.clock.now()
+            changes = []
+            for job in ctx.store.active_jobs():
+                new = job
+                if new.state == JobState.SUBMITTED:
+                    new = new.to(JobState.PROFILING, "recovered after a restart", now)
+                if new.state in (JobState.PROFILING, JobState.PREEMPTED):
+                    new = new.to(
+                        JobState.QUEUED, "recovered after a restart", now, profile_source=ctx.profiles.source(new)
+                    )
+                if new is not job:
+                    changes.append((job, new))
+            if changes:
+                ctx.save_jobs(changes)
+            counts: dict[str, int] = {}
+            for job in ctx.store.jobs():
+                counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        event(ctx.log, "synergyd.recovered", jobs=counts, nodes=len(ctx.store.nodes()))
+
+
+class App:
+    def __init__(self, config: DaemonConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.log = logging.getLogger(LOGGER)
+        self.state_dir = StateDir(config.state_dir)
+        self.servers: Servers | None = None
+        self.loop: LoopThread | None = None
+        self.metrics_server: MetricsServer | None = None
+        self.events: EventLoop | None = None
+        self.address = ""
+
+    def start(self, event_types: Sequence[type[PeriodicEvent]]) -> None:
+        cfg = self.config
+        self.state_dir.open()
+        admin_token = self.state_dir.token(cfg.admin_token_file, ADMIN_TOKEN_FILE)
+        cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE)
+        self.started_at = self.clock.now()
+        self.ctx = ctx = DaemonContext(
+            cfg, self.clock, open_store(cfg.state_dir), ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log
+        )
+        logic = Logic.build(ctx)
+        self.jobs, self.reconciler, self.nodes = logic.jobs, logic.reconciler, logic.nodes
+        self.leases, self.rounds = logic.leases, logic.rounds
+        logic.recover()
+        auth = AuthInterceptor(
+            admin_token, cluster_token, ctx.job_tokens, ctx.metrics, self.log, agent_mtls=cfg.tls_client_ca is not None
+        )
+        self.loop = LoopThread()
+        self.servers = servers = self.loop.run(
+            build(
+                cfg,
+                [auth, StrictDecoding()],
+                AdminServicer(ctx, self.jobs, self.nodes, self.rounds, self.started_at),
+                JobServicer(ctx, self.leases),
+                NodeServicer(ctx, self.nodes),
+            )
+        )
+        self.events = EventLoop([t(self) for t in event_types], self.clock, self.log)
+        self.loop.run(servers.server.start())
+        self.loop.run(servers.set_serving(True))
+        self.address = f"{cfg.host}:{self.servers.port}"
+        self.state_dir.write_address(ADDRESS_FILE, self.address)
+        if self.servers.agent_port is not None:
+            self.state_dir.write_address(AGENT_ADDRESS_FILE, f"{cfg.host}:{self.servers.agent_port}")
+        if cfg.metrics_port is not None:
+            self.metrics_server = MetricsServer(ctx.metrics, cfg.host, cfg.metrics_port, self.healthy)
+            self.metrics_server.start()
+            self.state_dir.write_address(METRICS_ADDRESS_FILE, f"{cfg.host}:{self.metrics_server.port}")
+        self.events.start()
+        event(
+            self.log,
+            "synergyd.started",
+            version=VERSION,
+            address=self.address,
+            state_dir=str(cfg.state_dir),
+            policy=self.rounds.policy,
+            mechanism=self.rounds.mechanism,
+            round_s=cfg.round_s,
+            tls=cfg.tls_cert is not None,
+            agent_port=self.servers.agent_port,
+            metrics_port=self.metrics_server.port if self.metrics_server else None,
+        )
+
+    def healthy(self) -> bool:
+        return self.servers is not None and self.events is not None and self.events.alive
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Graceful: stop answering, finish in-flight RPCs, persist progress, release the dir."""
+        if self.servers is not None:
+            self.loop.run(self.servers.set_serving(False))
+            self.loop.run(self.servers.server.stop(grace_s), timeout=grace_s + 10)
+        if self.loop is not None:
+            self.loop.stop()
+        if self.events is not None:
+            self.events.stop()
+            for ev in self.events.events:
+                if ev.name == "progress-flush":
+                    self.events.run_one(ev)
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+        if hasattr(self, "ctx"):
+            self.ctx.store.close()
+        self.state_dir.close()
+        event(self.log, "synergyd.stopped")

@@ -1,0 +1,57 @@
+"""What every piece of daemon logic shares: settings, clock, store, live view, one lock.
+
+One re-entrant lock serialises every state change. Decisions are short (the slow part, the
+core's round decision, runs outside it on a snapshot), and a single lock makes "nothing is
+scheduled twice" an easy property to keep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from synergy.scheduler.daemon.clock import Clock
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.live import LiveState
+from synergy.scheduler.daemon.logs import LOGGER
+from synergy.scheduler.daemon.metrics import Metrics
+from synergy.scheduler.daemon.profiles import ProfileBook
+from synergy.scheduler.daemon.records import JobRecord
+from synergy.scheduler.daemon.store import StateStore
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass
+class DaemonContext:
+    config: DaemonConfig
+    clock: Clock
+    store: StateStore
+    profiles: ProfileBook
+    metrics: Metrics = field(default_factory=Metrics)
+    live: LiveState = field(default_factory=LiveState)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger(LOGGER))
+    #: sha256(job token) -> job id, so the auth interceptor can check tokens without the lock.
+    job_tokens: dict[str, int] = field(default_factory=dict)
+    #: When this daemon process took over the state (what it launched before is unknown).
+    started_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.started_at = self.started_at or self.clock.now()
+        for job in self.store.jobs():
+            self.job_tokens[token_digest(job.token)] = job.id
+
+    def save_jobs(self, changes: Iterable[tuple[JobRecord | None, JobRecord]]) -> None:
+        """Commit (old, new) job pairs in one transaction, then count the new transitions."""
+        changes = list(changes)
+        self.store.save_jobs(new for _, new in changes)
+        for old, new in changes:
+            for t in new.history[len(old.history) if old is not None else 0 :]:
+                self.metrics.transitions.labels(t.to_state.value).inc()
+            self.job_tokens.setdefault(token_digest(new.token), new.id)

@@ -1,0 +1,197 @@
+"""Periodic events (skylet style): each a small class with an interval and a `run`.
+
+The event loop runs them on one background thread; an event that raises is logged with
+its traceback and runs again at its next interval; it never takes the daemon down.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from synergy.scheduler.daemon.clock import Clock
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.jobs import JobBook
+from synergy.scheduler.daemon.leases import LeaseBook
+from synergy.scheduler.daemon.logs import event
+from synergy.scheduler.daemon.nodes import NodeBook
+from synergy.scheduler.daemon.records import JobState
+from synergy.scheduler.daemon.rounds import RoundLoop
+from synergy.scheduler.model import Resources
+
+
+#: An event taking longer than this is logged (it holds up RPCs waiting for the state lock).
+SLOW_EVENT_S = 0.05
+
+
+class Parts(Protocol):
+    """What events need from the assembled daemon (see app.App)."""
+
+    ctx: DaemonContext
+    jobs: JobBook
+    nodes: NodeBook
+    leases: LeaseBook
+    rounds: RoundLoop
+
+
+class PeriodicEvent:
+    name = "event"
+
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.ctx = parts.ctx
+
+    @property
+    def interval_s(self) -> float:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class RoundEvent(PeriodicEvent):
+    """Decides each round `plan_lead` ahead of its boundary and applies it at the boundary."""
+
+    name = "round"
+
+    @property
+    def interval_s(self) -> float:
+        return min(0.5, self.ctx.config.round_s / 20)
+
+    def run(self) -> None:
+        self.parts.rounds.tick()
+
+
+class LeaseExpiryEvent(PeriodicEvent):
+    """Requeues jobs whose processes stopped renewing their leases."""
+
+    name = "lease-expiry"
+
+    @property
+    def interval_s(self) -> float:
+        return min(1.0, self.ctx.config.renew_interval_s)
+
+    def run(self) -> None:
+        self.parts.leases.expire()
+
+
+class NodeLivenessEvent(PeriodicEvent):
+    """Marks silent nodes lost and requeues their jobs."""
+
+    name = "node-liveness"
+
+    @property
+    def interval_s(self) -> float:
+        return min(1.0, self.ctx.config.heartbeat_interval_s)
+
+    def run(self) -> None:
+        self.parts.nodes.check_liveness()
+
+
+class ProgressFlushEvent(PeriodicEvent):
+    """Persists steps, throughput and GPU-seconds that renewals keep in memory."""
+
+    name = "progress-flush"
+
+    @property
+    def interval_s(self) -> float:
+        return min(60.0, self.ctx.config.round_s)
+
+    def run(self) -> None:
+        ctx, jobs = self.ctx, self.parts.jobs
+        with ctx.lock:
+            changes = []
+            for job in ctx.store.active_jobs():
+                if job.state == JobState.RUNNING:
+                    new = jobs.with_progress(job)
+                    if new != job:
+                        changes.append((job, new))
+            if changes:
+                ctx.store.save_progress(new for _, new in changes)
+
+
+class GaugeEvent(PeriodicEvent):
+    """Refreshes the queue, job-state, node and resource gauges."""
+
+    name = "gauges"
+
+    @property
+    def interval_s(self) -> float:
+        return 1.0
+
+    def run(self) -> None:
+        ctx, m = self.ctx, self.ctx.metrics
+        with ctx.lock:
+            counts = {s: 0 for s in JobState}
+            for job in ctx.store.jobs():
+                counts[job.state] += 1
+            views = self.parts.nodes.list()
+        for state, n in counts.items():
+            m.jobs.labels(state.value).set(n)
+        m.queue_length.set(counts[JobState.QUEUED])
+        m.running_jobs.set(counts[JobState.RUNNING])
+        capacity, allocated = Resources(), Resources()
+        node_states: dict[str, int] = {"ready": 0, "cordoned": 0, "draining": 0, "lost": 0}
+        for v in views:
+            node_states[v.state] = node_states.get(v.state, 0) + 1
+            if v.state in ("ready", "cordoned"):
+                capacity = capacity + v.record.allocatable
+                allocated = allocated + v.allocated
+        for state, n in node_states.items():
+            m.nodes.labels(state).set(n)
+        free = capacity - allocated
+        for res in ("gpus", "cpus", "mem_gb"):
+            m.resources.labels(res, "capacity").set(getattr(capacity, res))
+            m.resources.labels(res, "allocated").set(getattr(allocated, res))
+            m.resources.labels(res, "free").set(getattr(free, res))
+
+
+@dataclass
+class EventLoop:
+    events: Sequence[PeriodicEvent]
+    clock: Clock
+    log: logging.Logger
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="events", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stop.is_set()
+
+    def run_once(self) -> None:
+        for ev in self.events:
+            self.run_one(ev)
+
+    def run_one(self, ev: PeriodicEvent) -> None:
+        started = time.perf_counter()
+        try:
+            ev.run()
+        except Exception:  # noqa: BLE001 (an event must never kill the daemon)
+            event(self.log, "event.failed", logging.ERROR, exc_info=True, name=ev.name)
+        took = time.perf_counter() - started
+        if took > SLOW_EVENT_S:  # events hold the state lock: a slow one delays RPCs
+            event(self.log, "event.slow", logging.WARNING, name=ev.name, took_ms=round(took * 1000, 1))
+
+    def _loop(self) -> None:
+        due = {id(ev): 0.0 for ev in self.events}
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for ev in self.events:
+                if now >= due[id(ev)]:
+                    self.run_one(ev)
+                    due[id(ev)] = now + ev.interval_s
+            wait = min(due.values()) - time.monotonic()
+            if self.clock.wait(max(wait, 0.01), self._stop):
+                return

@@ -1,0 +1,211 @@
+"""Jobs: admission (submit, cancel, look-up) and the lifecycle moves every other part uses.
+
+The helpers that move a job (`launch`, `request_stop`, `preempt`, `task_exited`, ...) are
+pure with respect to the store: they return the changed record and the caller commits all
+the changes of one decision in one transaction. Callers hold `ctx.lock`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import replace
+from typing import Iterable, Sequence
+
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.errors import AlreadyExists, FailedPrecondition, NotFound
+from synergy.scheduler.daemon.logs import event
+from synergy.scheduler.daemon.records import AdminState, JobRecord, JobSpec, JobState, Transition
+from synergy.scheduler.model import EPS, Placement
+
+#: Exit code a job uses for "I checkpointed; restart me later" (EX_TEMPFAIL).
+EXIT_RESTART = 75
+
+
+def fmt_placements(placements: Sequence[Placement]) -> str:
+    return ", ".join(f"{p.server_id}: {p.gpus} GPU, {p.cpus:g} CPU, {p.mem_gb:g} GB" for p in placements)
+
+
+def same_share(a: Placement, b: Placement) -> bool:
+    """Same node, same GPUs, and CPU / memory equal up to float noise."""
+    return (
+        a.server_id == b.server_id
+        and a.gpus == b.gpus
+        and abs(a.cpus - b.cpus) < EPS
+        and abs(a.mem_gb - b.mem_gb) < EPS
+    )
+
+
+class JobBook:
+    def __init__(self, ctx: DaemonContext) -> None:
+        self.ctx = ctx
+
+    # -- look-ups -------------------------------------------------------------------------------
+    def get(self, job_id: int) -> JobRecord:
+        job = self.ctx.store.job(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        return job
+
+    def find(self, ref: str) -> JobRecord:
+        """A job by id ("17") or name (the most recent job of that name)."""
+        with self.ctx.lock:
+            if ref.isdigit():
+                return self.get(int(ref))
+            named = self.ctx.store.jobs_named(ref)
+            if not named:
+                raise NotFound(f"no job named {ref!r}")
+            return named[-1]
+
+    def list(self, states: Iterable[JobState] = (), limit: int = 0) -> list[JobRecord]:
+        wanted = set(states)
+        with self.ctx.lock:
+            jobs = [j for j in self.ctx.store.jobs() if not wanted or j.state in wanted]
+        return jobs[-limit:] if limit else jobs
+
+    def progress(self, job: JobRecord) -> tuple[int, float, float] | None:
+        """(steps done, samples/s, GPU-seconds) with what renewals reported since the last save;
+        None when there is nothing live to add."""
+        live = self.ctx.live.jobs.get(job.id)
+        if job.state != JobState.RUNNING or live is None or live.attempt != job.attempt:
+            return None
+        gpus = sum(p.gpus for p in job.placements)
+        elapsed = max(0.0, self.ctx.clock.now() - live.accrued_to)
+        return max(job.steps_done, live.step), live.samples_per_s, job.attained_gpu_s + gpus * elapsed
+
+    def view(self, job: JobRecord) -> JobRecord:
+        """`job` with the live progress (steps, throughput, GPU-seconds) folded in, unsaved."""
+        now = self.progress(job)
+        if now is None:
+            return job
+        return replace(job, steps_done=now[0], samples_per_s=now[1], attained_gpu_s=now[2])
+
+    def with_progress(self, job: JobRecord) -> JobRecord:
+        """Like `view`, and marks the GPU-seconds as counted (call only before saving)."""
+        out = self.view(job)
+        live = self.ctx.live.jobs.get(job.id)
+        if out is not job and live is not None:
+            live.accrued_to = self.ctx.clock.now()
+        return out
+
+    # -- admission ------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> JobRecord:
+        ctx = self.ctx
+        with ctx.lock:
+            clash = [j for j in ctx.store.jobs_named(spec.name) if not j.state.terminal]
+            if clash:
+                raise AlreadyExists(
+                    f"spec.name: job {spec.name!r} already exists (id {clash[0].id}, {clash[0].state.value})"
+                )
+            now = ctx.clock.now()
+            job = JobRecord(
+                id=ctx.store.next_job_id(),
+                spec=spec,
+                token=secrets.token_urlsafe(32),
+                submitted_at=now,
+                state=JobState.SUBMITTED,
+                history=(Transition(None, JobState.SUBMITTED, "submitted", now),),
+            )
+            source = ctx.profiles.source(job)
+            job = job.to(JobState.PROFILING, "resolving the sensitivity profile", now)
+            job = job.to(JobState.QUEUED, f"profile: {source}; waiting for the next round", now, profile_source=source)
+            ctx.save_jobs([(None, job)])
+            event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source)
+            return job
+
+    def cancel(self, ref: str, reason: str) -> JobRecord:
+        ctx = self.ctx
+        with ctx.lock:
+            job = self.find(ref)
+            if job.state == JobState.CANCELLED:
+                return job
+            if job.state.terminal:
+                raise FailedPrecondition(f"job {job.id} already ended ({job.state.value}); nothing to cancel")
+            now = ctx.clock.now()
+            new = self.with_progress(job).to(JobState.CANCELLED, f"cancelled: {reason or 'no reason given'}", now)
+            ctx.save_jobs([(job, new)])
+            ctx.profiles.forget(job.id)
+            event(ctx.log, "job.cancelled", job=job.id, reason=reason)
+            return new
+
+    # -- lifecycle moves (caller holds the lock and commits) -------------------------------------
+    def launch(self, job: JobRecord, placements: Sequence[Placement], round_index: int, reason: str) -> JobRecord:
+        now = self.ctx.clock.now()
+        new = job.to(
+            JobState.RUNNING,
+            reason,
+            now,
+            placements=tuple(placements),
+            attempt=job.attempt + 1,
+            round_index=round_index,
+            next_placements=(),
+            waiting_reason="",
+            started_at=job.started_at or now,
+        )
+        self.ctx.live.job(new.id, new.attempt, now)
+        event(
+            self.ctx.log,
+            "job.placed",
+            job=job.id,
+            attempt=new.attempt,
+            round=round_index,
+            placements=fmt_placements(placements),
+        )
+        return new
+
+    def request_stop(self, job: JobRecord, reason: str, next_placements: Sequence[Placement] = ()) -> JobRecord:
+        """Ask a RUNNING job to checkpoint and give its resources back (told at its next renewal).
+
+        A job none of whose processes has been launched yet is preempted on the spot.
+        """
+        if job.stopping:
+            return replace(job, next_placements=tuple(next_placements))
+        now = self.ctx.clock.now()
+        live = self.ctx.live.jobs.get(job.id)
+        launched = live is not None and live.attempt == job.attempt and (live.launched or live.ranks)
+        # Running since before this daemon started: a previous daemon may have launched it.
+        launched = launched or job.history[-1].at_s < self.ctx.started_at
+        if not launched and not self.ctx.live.tasks_of(job.id, job.attempt):
+            return self.preempt(replace(job, next_placements=tuple(next_placements)), f"{reason} (before it started)")
+        event(self.ctx.log, "job.stop_requested", job=job.id, attempt=job.attempt, reason=reason)
+        return replace(job, stop_reason=reason, stop_requested_at=now, next_placements=tuple(next_placements))
+
+    def preempt(self, job: JobRecord, reason: str) -> JobRecord:
+        """RUNNING -> PREEMPTED -> QUEUED, and straight on to RUNNING when a new allocation waits."""
+        now = self.ctx.clock.now()
+        nxt = job.next_placements
+        job = self.with_progress(job).to(JobState.PREEMPTED, reason, now, preemptions=job.preemptions + 1)
+        job = job.to(JobState.QUEUED, "back in the queue", now)
+        self.ctx.live.jobs.pop(job.id, None)
+        event(self.ctx.log, "job.preempted", job=job.id, reason=reason)
+        if nxt and all(self._placeable(p.server_id) for p in nxt):
+            return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation")
+        return replace(job, next_placements=())
+
+    def task_exited(self, job: JobRecord, rank: int, code: int, node_id: str, message: str) -> JobRecord | None:
+        """The job after one of its current attempt's processes exited (None: nothing changes)."""
+        if job.state != JobState.RUNNING:
+            return None
+        now = self.ctx.clock.now()
+        live = self.ctx.live.job(job.id, job.attempt, now)
+        live.exited[rank] = code
+        others_running = bool(self.ctx.live.tasks_of(job.id, job.attempt) or live.unfinished_ranks())
+        if code == EXIT_RESTART and not job.stopping:
+            job = replace(job, stop_reason="the job asked to be restarted (exit 75)", stop_requested_at=now)
+        if job.stopping:
+            if others_running:
+                return job
+            where = f"; resumes from step {job.checkpoint_step}" if job.checkpoint_path else ""
+            return self.preempt(replace(job, exit_code=code), f"{job.stop_reason}{where}")
+        if code == 0:
+            if others_running:
+                return None
+            return self.with_progress(job).to(JobState.SUCCEEDED, "every process exited 0", now, exit_code=0)
+        detail = f": {message}" if message else ""
+        return self.with_progress(job).to(
+            JobState.FAILED, f"rank {rank} on node {node_id} exited with code {code}{detail}", now, exit_code=code
+        )
+
+    def _placeable(self, node_id: str) -> bool:
+        node = self.ctx.store.node(node_id)
+        live = self.ctx.live.nodes.get(node_id)
+        return node is not None and node.admin_state != AdminState.DRAINING and live is not None and not live.lost

@@ -1,0 +1,215 @@
+"""Leases: what a job process learns when it registers and renews, and when it is lost.
+
+A renewal is the job's heartbeat and its only channel for "stop": a job whose lease a round
+did not renew is told STOP with one `stop_at_step` for every rank (the largest step any rank
+reported plus enough steps to cover a renewal interval), so all ranks leave the same
+collective together. Renewals touch memory only; the stop step is committed before the
+first rank hears it, so a restarted daemon tells the remaining ranks the same step.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from synergy.scheduler.daemon.jobs import JobBook
+from synergy.scheduler.daemon.live import RankLease
+from synergy.scheduler.daemon.logs import event
+from synergy.scheduler.daemon.records import JobRecord, JobState
+
+
+#: Steps a stop may lie ahead of the furthest rank, whatever speed a job claims.
+MAX_STOP_MARGIN = 100_000
+
+
+class LeaseAction(str, enum.Enum):
+    CONTINUE = "continue"
+    STOP = "stop"
+    TERMINATE = "terminate"
+
+
+@dataclass(frozen=True)
+class Renewal:
+    action: LeaseAction
+    job: JobRecord
+    expires_at: float = 0.0
+    stop_at_step: int = 0
+    reason: str = ""
+
+
+class LeaseBook:
+    def __init__(self, ctx: DaemonContext, jobs: JobBook) -> None:
+        self.ctx = ctx
+        self.jobs = jobs
+
+    def _own(self, caller: int, job_id: int) -> JobRecord:
+        if caller != job_id:
+            raise PermissionDenied(f"job_id: this token belongs to job {caller}, not job {job_id}")
+        return self.jobs.get(job_id)
+
+    def _current(self, job: JobRecord, attempt: int, rank: int) -> None:
+        if attempt < 1:
+            raise InvalidArgument("attempt", f"must be at least 1, got {attempt}")
+        if job.state != JobState.RUNNING or attempt != job.attempt:
+            raise FailedPrecondition(
+                f"attempt: {attempt} is not the job's running attempt (job {job.id} is {job.state.value}, "
+                f"attempt {job.attempt})"
+            )
+        if rank >= len(job.placements):
+            raise InvalidArgument("rank", f"{rank} is out of range: the attempt has {len(job.placements)} node ranks")
+
+    def register_process(
+        self, caller: int, job_id: int, attempt: int, rank: int, world_size: int
+    ) -> tuple[JobRecord, float]:
+        ctx = self.ctx
+        with ctx.lock:
+            job = self._own(caller, job_id)
+            self._current(job, attempt, rank)
+            if world_size and world_size != len(job.placements):
+                raise InvalidArgument(
+                    "world_size", f"{world_size} does not match the attempt's {len(job.placements)} node ranks"
+                )
+            now = ctx.clock.now()
+            live = ctx.live.job(job.id, job.attempt, now)
+            live.ranks[rank] = RankLease(last_renewal=now, step=job.checkpoint_step)
+            event(ctx.log, "job.process_registered", job=job.id, attempt=attempt, rank=rank)
+            return job, now + ctx.config.lease_grace
+
+    def renew(
+        self, caller: int, job_id: int, attempt: int, rank: int, step: int, samples_per_s: float, steps_per_s: float
+    ) -> Renewal:
+        for name, v in (("samples_per_s", samples_per_s), ("steps_per_s", steps_per_s)):
+            if not math.isfinite(v) or v < 0:
+                raise InvalidArgument(name, f"must be a finite number >= 0, got {v}")
+        ctx = self.ctx
+        # The common answer (continue, or stop at an already agreed step) only reads a record
+        # and writes this rank's live entry, both atomic dict operations: no lock, so a
+        # thousand renewals a second do not queue behind heartbeats and rounds.
+        out = self._renew(self._own(caller, job_id), attempt, rank, step, samples_per_s, steps_per_s, locked=False)
+        if out is None:  # the stop step must be agreed and committed first
+            with ctx.lock:
+                job = self._own(caller, job_id)
+                out = self._renew(job, attempt, rank, step, samples_per_s, steps_per_s, locked=True)
+        assert out is not None
+        ctx.metrics.lease_renewals.labels(out.action.value).inc()
+        return out
+
+    def _renew(
+        self, job: JobRecord, attempt: int, rank: int, step: int, samples: float, rate: float, locked: bool
+    ) -> Renewal | None:
+        """The renewal's answer; None when it needs a state change and `locked` is False."""
+        ctx = self.ctx
+        if job.state.terminal:
+            return Renewal(LeaseAction.TERMINATE, job, reason=f"job {job.state.value}: {job.reason}")
+        if attempt < 1:
+            raise InvalidArgument("attempt", f"must be at least 1, got {attempt}")
+        if job.state != JobState.RUNNING or attempt != job.attempt:
+            return Renewal(
+                LeaseAction.TERMINATE,
+                job,
+                reason=f"attempt {attempt} is stale (job is {job.state.value} at attempt {job.attempt})",
+            )
+        if rank >= len(job.placements):
+            raise InvalidArgument("rank", f"{rank} is out of range: the attempt has {len(job.placements)} node ranks")
+        now = ctx.clock.now()
+        live = ctx.live.job(job.id, job.attempt, now)
+        live.ranks[rank] = RankLease(now, step, samples, rate)
+        expires = now + ctx.config.lease_grace
+        if not job.stopping:
+            return Renewal(LeaseAction.CONTINUE, job, expires)
+        if not job.stop_at_step:
+            if not locked:
+                return None
+            margin = min(MAX_STOP_MARGIN, max(1, math.ceil(live.steps_per_s * 2 * ctx.config.renew_interval_s)))
+            new = replace(job, stop_at_step=live.step + margin)
+            ctx.save_jobs([(job, new)])
+            event(ctx.log, "job.stop_agreed", job=job.id, attempt=attempt, stop_at_step=new.stop_at_step)
+            job = new
+        return Renewal(LeaseAction.STOP, job, expires, job.stop_at_step, job.stop_reason)
+
+    def report_profile(self, caller: int, job_id: int, profile: Mapping[str, Any]) -> str:
+        ctx = self.ctx
+        with ctx.lock:
+            job = self._own(caller, job_id)
+            if job.state.terminal:
+                raise FailedPrecondition(f"job_id: job {job_id} already ended ({job.state.value})")
+            new = replace(job, reported_profile=dict(profile), profile_source="reported")
+            ctx.save_jobs([(job, new)])
+            ctx.profiles.forget(job.id)
+            event(ctx.log, "job.profile_reported", job=job.id)
+            return new.profile_source
+
+    def report_checkpoint(self, caller: int, job_id: int, attempt: int, step: int, path: str) -> int:
+        ctx = self.ctx
+        with ctx.lock:
+            job = self._own(caller, job_id)
+            if attempt < 1 or attempt > job.attempt:
+                raise InvalidArgument(
+                    "attempt", f"{attempt} was never launched (job {job.id} is at attempt {job.attempt})"
+                )
+            if attempt < job.attempt:
+                raise FailedPrecondition(f"attempt: {attempt} is stale; job {job.id} is at attempt {job.attempt}")
+            if step >= job.checkpoint_step:
+                new = replace(job, checkpoint_path=path, checkpoint_step=step, steps_done=max(job.steps_done, step))
+                ctx.save_jobs([(job, new)])
+                event(ctx.log, "job.checkpointed", job=job.id, attempt=attempt, step=step)
+                job = new
+            return job.checkpoint_step
+
+    def report_completion(
+        self, caller: int, job_id: int, attempt: int, succeeded: bool, step: int, message: str
+    ) -> JobState:
+        ctx = self.ctx
+        with ctx.lock:
+            job = self._own(caller, job_id)
+            if job.state.terminal:
+                return job.state
+            if job.state != JobState.RUNNING or attempt != job.attempt:
+                raise FailedPrecondition(
+                    f"attempt: {attempt} is not the job's running attempt (job {job.id} is {job.state.value}, "
+                    f"attempt {job.attempt})"
+                )
+            now = ctx.clock.now()
+            target = JobState.SUCCEEDED if succeeded else JobState.FAILED
+            detail = f": {message}" if message else ""
+            reason = ("training finished" if succeeded else "the job reported a failure") + f" at step {step}{detail}"
+            new = self.jobs.with_progress(job)
+            new = replace(new, steps_done=max(new.steps_done, step)).to(target, reason, now)
+            ctx.save_jobs([(job, new)])
+            event(ctx.log, "job.completed", job=job.id, state=target.value, step=step)
+            return new.state
+
+    def expire(self) -> int:
+        """Requeue RUNNING jobs whose ranks stopped renewing (or never started); returns how many."""
+        ctx = self.ctx
+        cfg = ctx.config
+        with ctx.lock:
+            now = ctx.clock.now()
+            changes = []
+            for job in ctx.store.active_jobs():
+                if job.state != JobState.RUNNING:
+                    continue
+                live = ctx.live.job(job.id, job.attempt, now)
+                reason = ""
+                if job.stopping:
+                    limit = cfg.stop_timeout + cfg.lease_grace
+                    if now - job.stop_requested_at > limit:
+                        reason = f"{job.stop_reason}; did not exit within {limit:g} s of the stop request"
+                else:
+                    for rank in range(len(job.placements)):
+                        r = live.ranks.get(rank)
+                        if r is not None and now - r.last_renewal > cfg.lease_grace:
+                            reason = f"lost: rank {rank} has not renewed its lease for {now - r.last_renewal:.1f} s"
+                            break
+                        if r is None and now - live.since > cfg.launch_timeout:
+                            reason = f"lost: rank {rank} did not register within {cfg.launch_timeout:g} s of its launch"
+                            break
+                if reason:
+                    changes.append((job, self.jobs.preempt(job, reason)))
+            if changes:
+                ctx.save_jobs(changes)
+            return len(changes)

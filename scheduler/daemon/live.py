@@ -1,0 +1,118 @@
+"""Observed state that is not persisted: lease renewals, heartbeats, what agents run.
+
+All of it is rebuilt within one heartbeat / renewal interval after a restart (agents report
+every task on every heartbeat; job processes keep renewing), which is why none of it needs
+a disk write on the hot path.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from synergy.scheduler.model import Placement
+
+
+class TaskPhase(str, enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    EXITED = "exited"
+
+
+@dataclass(frozen=True, order=True)
+class TaskKey:
+    """One task = one attempt of one job on one node (its node rank)."""
+
+    job_id: int
+    attempt: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class ObservedTask:
+    key: TaskKey
+    phase: TaskPhase
+    exit_code: int = 0
+    pid: int = 0
+    gpu_indices: tuple[int, ...] = ()
+    message: str = ""
+    placement: Placement | None = None
+
+
+@dataclass
+class RankLease:
+    """What the daemon last heard from one rank of the current attempt."""
+
+    last_renewal: float
+    step: int = 0
+    samples_per_s: float = 0.0
+    steps_per_s: float = 0.0
+
+
+@dataclass
+class JobLive:
+    """Runtime view of a RUNNING job's current attempt."""
+
+    attempt: int
+    #: When the attempt was launched (or when the daemon started, after a restart).
+    since: float
+    ranks: dict[int, RankLease] = field(default_factory=dict)
+    #: Exit codes of ranks of this attempt that have exited.
+    exited: dict[int, int] = field(default_factory=dict)
+    #: Up to when attained GPU-seconds have been counted.
+    accrued_to: float = 0.0
+    #: Ranks of this attempt a LAUNCH instruction went out for.
+    launched: set[int] = field(default_factory=set)
+    #: The launch waited for room on a node (logged once per attempt, not per heartbeat).
+    launch_deferred: bool = False
+
+    def unfinished_ranks(self) -> set[int]:
+        """Launched ranks that have not been seen exiting (they may not be observed yet)."""
+        return {r for r in self.launched if r not in self.exited}
+
+    @property
+    def step(self) -> int:
+        return max((r.step for r in self.ranks.values()), default=0)
+
+    @property
+    def samples_per_s(self) -> float:
+        return sum(r.samples_per_s for r in self.ranks.values())
+
+    @property
+    def steps_per_s(self) -> float:
+        return max((r.steps_per_s for r in self.ranks.values()), default=0.0)
+
+
+@dataclass
+class NodeLive:
+    last_heartbeat: float
+    lost: bool = False
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    tasks: dict[TaskKey, ObservedTask] = field(default_factory=dict)
+
+
+@dataclass
+class LiveState:
+    jobs: dict[int, JobLive] = field(default_factory=dict)
+    nodes: dict[str, NodeLive] = field(default_factory=dict)
+
+    def job(self, job_id: int, attempt: int, now: float) -> JobLive:
+        """The live view of `attempt`, starting a fresh one when the attempt changed."""
+        live = self.jobs.get(job_id)
+        if live is None:  # setdefault: two ranks renewing at once (without the lock) share one entry
+            live = self.jobs.setdefault(job_id, JobLive(attempt=attempt, since=now, accrued_to=now))
+        if live.attempt != attempt:
+            live = JobLive(attempt=attempt, since=now, accrued_to=now)
+            self.jobs[job_id] = live
+        return live
+
+    def tasks_of(self, job_id: int, attempt: int) -> list[tuple[str, ObservedTask]]:
+        """(node id, task) for every observed, not yet exited task of one attempt."""
+        return [
+            (node_id, t)
+            for node_id, n in self.nodes.items()
+            for t in n.tasks.values()
+            if t.key.job_id == job_id and t.key.attempt == attempt and t.phase != TaskPhase.EXITED
+        ]

@@ -1,0 +1,87 @@
+"""Prometheus metrics of one daemon (own registry: no module-level state) and the HTTP endpoint.
+
+/metrics serves the registry in the text format; /healthz answers 200 "ok" while the daemon
+serves and 503 otherwise, for load balancers and `curl -f`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.decision_seconds = Histogram(
+            "synergyd_round_decision_seconds",
+            "Time the core took to decide one round (policy + mechanism).",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.rounds = Counter("synergyd_rounds", "Rounds applied.", registry=r)
+        self.queue_length = Gauge("synergyd_queue_length", "Jobs waiting in QUEUED.", registry=r)
+        self.running_jobs = Gauge("synergyd_running_jobs", "Jobs in RUNNING.", registry=r)
+        self.jobs = Gauge("synergyd_jobs", "Jobs per lifecycle state.", ["state"], registry=r)
+        self.resources = Gauge(
+            "synergyd_resources",
+            "Schedulable resources: capacity, allocated and free, per resource.",
+            ["resource", "kind"],
+            registry=r,
+        )
+        self.nodes = Gauge("synergyd_nodes", "Registered nodes per state.", ["state"], registry=r)
+        self.lease_renewals = Counter(
+            "synergyd_lease_renewals", "Lease renewals answered, by action.", ["action"], registry=r
+        )
+        self.rpc_errors = Counter(
+            "synergyd_rpc_errors", "RPCs answered with an error, by method and code.", ["method", "code"], registry=r
+        )
+        self.transitions = Counter(
+            "synergyd_job_transitions", "Job lifecycle transitions, by target state.", ["to"], registry=r
+        )
+
+
+class MetricsServer:
+    """A small threaded HTTP server; `port=0` picks a free port (see `.port`)."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int, healthy: Callable[[], bool]) -> None:
+        registry = metrics.registry
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path.split("?")[0] == "/metrics":
+                    self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                elif self.path.split("?")[0] == "/healthz":
+                    ok = healthy()
+                    self._reply(200 if ok else 503, b"ok\n" if ok else b"not serving\n", "text/plain")
+                else:
+                    self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain")
+
+            def _reply(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # scrapes are not news
+                pass
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

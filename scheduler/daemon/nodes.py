@@ -1,0 +1,206 @@
+"""Nodes: registration, heartbeats, liveness, and the admin's cordon / drain / resume.
+
+The admin state (ready, cordoned, draining) is persisted and survives restarts of both the
+daemon and the agent; liveness is observed (a node is lost when it misses heartbeats for
+`--node-timeout-s`) and rebuilt from heartbeats after a daemon restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.errors import NotFound
+from synergy.scheduler.daemon.jobs import JobBook
+from synergy.scheduler.daemon.live import NodeLive, ObservedTask, TaskKey
+from synergy.scheduler.daemon.logs import event
+from synergy.scheduler.daemon.reconciler import Instruction, Reconciler
+from synergy.scheduler.daemon.records import AdminState, JobRecord, JobState, NodeRecord
+from synergy.scheduler.model import Resources
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node with what the daemon observes and has allocated on it (for ListNodes)."""
+
+    record: NodeRecord
+    state: str  # "ready" | "cordoned" | "draining" | "lost"
+    reason: str
+    allocated: Resources
+    job_ids: tuple[int, ...]
+    last_heartbeat: float
+    telemetry: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class NodeReply:
+    node: NodeView
+    instructions: list[Instruction]
+    forget: list[TaskKey]
+
+
+class NodeBook:
+    def __init__(self, ctx: DaemonContext, jobs: JobBook, reconciler: Reconciler) -> None:
+        self.ctx = ctx
+        self.jobs = jobs
+        self.reconciler = reconciler
+
+    # -- agent calls ----------------------------------------------------------------------------
+    def register(self, incoming: NodeRecord, tasks: Sequence[ObservedTask]) -> NodeReply:
+        ctx = self.ctx
+        with ctx.lock:
+            now = ctx.clock.now()
+            old = ctx.store.node(incoming.id)
+            node = incoming
+            if old is not None:  # a cordon or drain outlives agent restarts
+                node = replace(
+                    incoming,
+                    admin_state=old.admin_state,
+                    admin_reason=old.admin_reason,
+                    registered_at=old.registered_at,
+                )
+            else:
+                node = replace(incoming, registered_at=now)
+            if node != old:
+                ctx.store.save_nodes([node])
+            was = ctx.live.nodes.get(node.id)
+            ctx.live.nodes[node.id] = NodeLive(
+                last_heartbeat=now, telemetry=was.telemetry if was else {}, tasks={t.key: t for t in tasks}
+            )
+            event(
+                ctx.log,
+                "node.registered",
+                node=node.id,
+                gpus=node.capacity.gpus,
+                cpus=node.capacity.cpus,
+                mem_gb=node.capacity.mem_gb,
+                tasks=len(tasks),
+                known=old is not None,
+            )
+            instructions, forget = self.reconciler.reconcile(node.id)
+            return NodeReply(self.view(node), instructions, forget)
+
+    def heartbeat(self, node_id: str, telemetry: Mapping[str, Any], tasks: Sequence[ObservedTask]) -> NodeReply:
+        ctx = self.ctx
+        with ctx.lock:
+            node = ctx.store.node(node_id)
+            live = ctx.live.nodes.get(node_id)
+            if node is None or live is None:
+                raise NotFound(f"node_id: node {node_id!r} is not registered (call RegisterNode)")
+            now = ctx.clock.now()
+            if live.lost:
+                event(ctx.log, "node.back", node=node_id)
+            live.last_heartbeat, live.lost = now, False
+            live.telemetry = dict(telemetry)
+            live.tasks = {t.key: t for t in tasks}
+            instructions, forget = self.reconciler.reconcile(node_id)
+            return NodeReply(self.view(node), instructions, forget)
+
+    # -- admin calls ----------------------------------------------------------------------------
+    def get(self, node_id: str) -> NodeRecord:
+        node = self.ctx.store.node(node_id)
+        if node is None:
+            raise NotFound(f"node_id: no node {node_id!r} is registered")
+        return node
+
+    def list(self) -> list[NodeView]:
+        with self.ctx.lock:
+            by_node = self._jobs_by_node()
+            return [self.view(n, by_node.get(n.id, [])) for n in self.ctx.store.nodes()]
+
+    def cordon(self, node_id: str, reason: str) -> NodeView:
+        return self._set_admin(node_id, AdminState.CORDONED, reason or "cordoned")
+
+    def resume(self, node_id: str, reason: str) -> NodeView:
+        return self._set_admin(node_id, AdminState.READY, reason or "resumed")
+
+    def drain(self, node_id: str, reason: str) -> NodeView:
+        ctx = self.ctx
+        with ctx.lock:
+            view = self._set_admin(node_id, AdminState.DRAINING, reason or "drained")
+            why = f"node {node_id} is draining: {reason or 'no reason given'}"
+            changes = []
+            for job in self._jobs_on(node_id):
+                nxt = () if any(p.server_id == node_id for p in job.next_placements) else job.next_placements
+                changes.append((job, self.jobs.request_stop(job, why, nxt)))
+            if changes:
+                ctx.save_jobs(changes)
+            return self.view(view.record)
+
+    def _set_admin(self, node_id: str, state: AdminState, reason: str) -> NodeView:
+        ctx = self.ctx
+        with ctx.lock:
+            old = self.get(node_id)
+            new = replace(old, admin_state=state, admin_reason=reason)
+            if new != old:
+                ctx.store.save_nodes([new])
+                event(ctx.log, f"node.{state.value}", node=node_id, reason=reason)
+            return self.view(new)
+
+    # -- liveness -------------------------------------------------------------------------------
+    def check_liveness(self) -> list[str]:
+        """Mark nodes silent for longer than the node timeout as lost and requeue their jobs."""
+        ctx = self.ctx
+        lost: list[str] = []
+        with ctx.lock:
+            now = ctx.clock.now()
+            for node in ctx.store.nodes():
+                live = ctx.live.nodes.get(node.id)
+                if live is None:  # not heard from since the daemon started: give it a full timeout
+                    ctx.live.nodes[node.id] = NodeLive(last_heartbeat=now)
+                    continue
+                silent = now - live.last_heartbeat
+                if live.lost or silent <= ctx.config.node_timeout:
+                    continue
+                live.lost, live.tasks = True, {}
+                lost.append(node.id)
+                event(ctx.log, "node.lost", node=node.id, silent_s=round(silent, 1))
+                why = f"node {node.id} lost: no heartbeat for {silent:.1f} s"
+                changes = [(j, self.jobs.preempt(j, why)) for j in self._jobs_on(node.id)]
+                if changes:
+                    ctx.save_jobs(changes)
+        return lost
+
+    # -- views ----------------------------------------------------------------------------------
+    def state(self, node: NodeRecord) -> tuple[str, str]:
+        live = self.ctx.live.nodes.get(node.id)
+        if live is not None and live.lost:
+            return "lost", f"no heartbeat since {live.last_heartbeat:.0f}"
+        return node.admin_state.value, node.admin_reason
+
+    def schedulable(self, node: NodeRecord) -> bool:
+        live = self.ctx.live.nodes.get(node.id)
+        return live is not None and not live.lost and node.admin_state != AdminState.DRAINING
+
+    def view(self, node: NodeRecord, jobs: list[JobRecord] | None = None) -> NodeView:
+        """The node with its allocation; `jobs` (those placed on it) saves a scan when known."""
+        jobs = self._jobs_on(node.id) if jobs is None else jobs
+        allocated = Resources()
+        for j in jobs:
+            for p in j.placements:
+                if p.server_id == node.id:
+                    allocated = allocated + p.resources
+        state, reason = self.state(node)
+        live = self.ctx.live.nodes.get(node.id)
+        return NodeView(
+            node,
+            state,
+            reason,
+            allocated,
+            tuple(j.id for j in jobs),
+            live.last_heartbeat if live else 0.0,
+            live.telemetry if live else {},
+        )
+
+    def _jobs_on(self, node_id: str) -> list[JobRecord]:
+        return self.ctx.store.running_on(node_id)
+
+    def _jobs_by_node(self) -> dict[str, list[JobRecord]]:
+        """RUNNING jobs per node they hold a share on, in one pass over the active jobs."""
+        out: dict[str, list[JobRecord]] = {}
+        for j in self.ctx.store.active_jobs():
+            if j.state == JobState.RUNNING:
+                for node_id in dict.fromkeys(p.server_id for p in j.placements):
+                    out.setdefault(node_id, []).append(j)
+        return out

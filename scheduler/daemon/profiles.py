@@ -1,0 +1,106 @@
+"""Which sensitivity profile a job is scheduled with, and why.
+
+Order of precedence: the profile the iterator reported (measured on this job) > a profile
+submitted with the job > the zoo entry for the job's model > a representative zoo model
+for the job's task class > a "proportional" profile that asks for exactly the
+GPU-proportional share (or the user's CPU / memory hints), which is what a scheduler
+without sensitivity information would give.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from synergy.scheduler.daemon.records import JobRecord
+from synergy.scheduler.model import Cluster
+from synergy.scheduler.profiles.format import SensitivityProfile
+from synergy.scheduler.profiles.zoo import get_profiles
+
+#: Task class -> zoo model standing in for an unprofiled job of that class.
+TASK_STAND_INS = {"image": "resnet18", "language": "lstm", "speech": "m5"}
+#: Seconds per iteration assumed for a job nothing is known about (only SRTF/FTF read it).
+UNKNOWN_ITER_TIME_S = 1.0
+
+
+def load_zoo(path: Path | None) -> dict[str, SensitivityProfile]:
+    """The built-in zoo with `path` merged over it (ProfileError names a bad file/field)."""
+    return dict(get_profiles(str(path) if path is not None else None))
+
+
+class ProfileBook:
+    def __init__(self, zoo: Mapping[str, SensitivityProfile]) -> None:
+        self.zoo = dict(zoo)
+        self._parsed: dict[tuple[int, str], SensitivityProfile] = {}
+        #: Proportional profiles depend only on the knee (and names): shared between jobs.
+        self._proportional: dict[tuple[float, float, str, str], SensitivityProfile] = {}
+
+    def source(self, job: JobRecord) -> str:
+        """Where `profile()` will take the job's profile from, as shown by describe."""
+        if job.reported_profile is not None:
+            return "reported"
+        if job.spec.profile is not None:
+            return "spec"
+        if job.spec.model in self.zoo:
+            return f"zoo:{job.spec.model}"
+        stand_in = TASK_STAND_INS.get(job.spec.task)
+        if stand_in in self.zoo:
+            return f"zoo:{stand_in} (stand-in for task {job.spec.task})"
+        return "proportional"
+
+    def profile(self, job: JobRecord, cluster: Cluster) -> SensitivityProfile:
+        src = self.source(job)
+        if src == "reported":
+            return self._parse(job, "reported", job.reported_profile)
+        if src == "spec":
+            return self._parse(job, "spec", job.spec.profile)
+        if src.startswith("zoo:"):
+            return self.zoo[src[4:].split(" ")[0]]
+        knee = _knee(job, cluster)
+        hit = self._proportional.get(knee)
+        if hit is None:
+            if len(self._proportional) > 4096:  # many distinct hints: start over rather than grow
+                self._proportional.clear()
+            hit = self._proportional[knee] = proportional_profile(job, cluster)
+        return hit
+
+    def forget(self, job_id: int) -> None:
+        for key in [k for k in self._parsed if k[0] == job_id]:
+            del self._parsed[key]
+
+    def _parse(self, job: JobRecord, kind: str, doc: Mapping[str, Any] | None) -> SensitivityProfile:
+        key = (job.id, kind)
+        hit = self._parsed.get(key)
+        if hit is None:
+            assert doc is not None
+            hit = SensitivityProfile.from_dict(job.spec.model or job.name, doc)
+            self._parsed[key] = hit
+        return hit
+
+
+def proportional_profile(job: JobRecord, cluster: Cluster) -> SensitivityProfile:
+    """A profile saturating at the proportional share (or at the user's per-GPU hints).
+
+    Speed falls to half below the knee along each axis and is flat above it, so the
+    mechanisms' best case is exactly the knee and never more.
+    """
+    c, m, model, task = _knee(job, cluster)
+    factors = (0.5, 1.0, 1.0)
+    return SensitivityProfile(
+        model=model,
+        task=task,
+        cpus_per_gpu=(c / 2, c, 2 * c),
+        mem_gb_per_gpu=(m / 2, m, 2 * m),
+        throughput=tuple(tuple(min(fc, fm) for fm in factors) for fc in factors),
+        reference=(c, m),
+        iter_time_s=UNKNOWN_ITER_TIME_S,
+        source="proportional (no profile known)",
+    )
+
+
+def _knee(job: JobRecord, cluster: Cluster) -> tuple[float, float, str, str]:
+    """(CPUs per GPU, GB per GPU, model, task) of the proportional profile for `job`."""
+    share = cluster.proportional_share(1)
+    c = job.spec.cpus_hint / job.spec.gpus if job.spec.cpus_hint > 0 else share.cpus
+    m = job.spec.mem_gb_hint / job.spec.gpus if job.spec.mem_gb_hint > 0 else share.mem_gb
+    return max(c, 0.01), max(m, 0.01), job.spec.model or "unprofiled", job.spec.task or "image"

@@ -1,0 +1,239 @@
+"""The round loop: decide the next round before its boundary, apply it at the boundary.
+
+`plan` snapshots the store under the lock, then runs the pure core
+(`Scheduler.schedule(RoundInput)`) outside it, so RPCs keep flowing while OPT thinks.
+`apply` turns the decision into lifecycle moves, all committed in one transaction:
+
+* unchanged placement and allocation -> nothing to do, the lease simply keeps renewing;
+* same nodes and GPUs, other CPU / memory -> resized in place (RESIZE to the agents);
+* anything else for a running job -> asked to stop, relaunched with the new allocation
+  as soon as its processes have exited;
+* not chosen while running -> asked to stop (told at its next renewal); while queued ->
+  keeps waiting, with the core's reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+from synergy.scheduler.core import Scheduler
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.errors import InvalidArgument
+from synergy.scheduler.daemon.jobs import JobBook, fmt_placements, same_share
+from synergy.scheduler.daemon.logs import event
+from synergy.scheduler.daemon.nodes import NodeBook
+from synergy.scheduler.daemon.records import AdminState, JobRecord, JobState, NodeRecord
+from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources, RoundInput, Server
+from synergy.scheduler.registry import UnknownNameError, build_scheduler
+
+#: Training length assumed for a job that did not say (orders it last under SRTF / FTF).
+DEFAULT_ITERATIONS = 10**9
+
+
+@dataclass(frozen=True)
+class Plan:
+    round_index: int
+    made_at: float
+    decision_s: float
+    considered: frozenset[int]
+    allocations: dict[int, tuple[Placement, ...]]
+    waiting: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class RoundLoop:
+    ctx: DaemonContext
+    jobs: JobBook
+    nodes: NodeBook
+    next_boundary: float = 0.0
+    round_index: int = 0
+    last_decision_s: float = 0.0
+    pending: Plan | None = None
+
+    def __post_init__(self) -> None:
+        self.policy = self.ctx.store.setting("policy") or self.ctx.config.policy
+        self.mechanism = self.ctx.store.setting("mechanism") or self.ctx.config.mechanism
+        self.scheduler: Scheduler = build_scheduler(self.policy, self.mechanism)
+        if not self.next_boundary:
+            self.next_boundary = self.ctx.clock.now() + self.ctx.config.round_s
+
+    # -- runtime settings -----------------------------------------------------------------------
+    def set_policy(self, policy: str, mechanism: str) -> tuple[str, str]:
+        policy, mechanism = policy or self.policy, mechanism or self.mechanism
+        try:
+            scheduler = build_scheduler(policy, mechanism)
+        except UnknownNameError as exc:
+            raise InvalidArgument("mechanism" if "mechanism" in str(exc) else "policy", str(exc)) from None
+        with self.ctx.lock:
+            self.ctx.store.save_setting("policy", policy)
+            self.ctx.store.save_setting("mechanism", mechanism)
+            self.scheduler, self.policy, self.mechanism = scheduler, policy, mechanism
+        event(self.ctx.log, "policy.changed", policy=policy, mechanism=mechanism)
+        return policy, mechanism
+
+    # -- the loop -------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Called often (by RoundEvent): plans ahead of the boundary, applies at it."""
+        now = self.ctx.clock.now()
+        if self.pending is None and now >= self.next_boundary - self.ctx.config.plan_lead:
+            self.pending = self.plan()
+        if now >= self.next_boundary:
+            plan, self.pending = self.pending, None
+            self.apply(plan or self.plan())
+            round_s = self.ctx.config.round_s
+            while self.next_boundary <= now:
+                self.next_boundary += round_s
+
+    def snapshot(self) -> tuple[Cluster, list[JobRecord], dict[str, NodeRecord]]:
+        """Schedulable servers and active jobs as of now (caller holds the lock)."""
+        ctx = self.ctx
+        servers: list[Server] = []
+        cordoned: dict[str, NodeRecord] = {}
+        running = [j for j in ctx.store.active_jobs() if j.state == JobState.RUNNING]
+        for node in ctx.store.nodes():
+            if not self.nodes.schedulable(node):
+                continue
+            capacity = node.allocatable
+            if node.admin_state == AdminState.CORDONED:
+                held = Resources()
+                for j in running:
+                    if not j.stopping:
+                        for p in j.placements:
+                            if p.server_id == node.id:
+                                held = held + p.resources
+                capacity = held
+                cordoned[node.id] = node
+            servers.append(Server(node.id, capacity))
+        jobs = [j for j in ctx.store.active_jobs() if j.state in (JobState.QUEUED, JobState.RUNNING)]
+        return Cluster(tuple(servers)), jobs, cordoned
+
+    def plan(self) -> Plan:
+        ctx = self.ctx
+        with ctx.lock:
+            cluster, records, cordoned = self.snapshot()
+            scheduler, index = self.scheduler, self.round_index + 1
+            now = ctx.clock.now()
+            core_jobs = [self._core_job(j, cluster) for j in records] if cluster.servers else []
+            previous = {
+                j.id: Allocation(j.id, j.placements) for j in records if j.state == JobState.RUNNING and j.placements
+            }
+        started = time.perf_counter()
+        if core_jobs:
+            out = scheduler.schedule(RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s))
+            allocations, waiting = dict(out.allocations), dict(out.waiting)
+        else:
+            allocations, waiting = {}, {}
+        decision_s = time.perf_counter() - started
+        ctx.metrics.decision_seconds.observe(decision_s)
+        self.last_decision_s = decision_s
+        by_id = {j.id: j for j in records}
+        placements: dict[int, tuple[Placement, ...]] = {}
+        for job_id, alloc in allocations.items():
+            blocked = [
+                p.server_id
+                for p in alloc.placements
+                if p.server_id in cordoned and not _holds(by_id[job_id], p.server_id, p.gpus)
+            ]
+            if blocked:
+                waiting[job_id] = f"would be placed on cordoned node {blocked[0]}"
+            else:
+                placements[job_id] = tuple(alloc.placements)
+        total_gpus = cluster.total.gpus
+        for j in records:
+            if j.id in placements:
+                continue
+            if not cluster.servers:
+                waiting[j.id] = "no schedulable node (none registered, all lost, or all draining)"
+            elif j.spec.gpus > total_gpus:
+                waiting[j.id] = f"needs {j.spec.gpus} GPUs; the schedulable nodes have {total_gpus:g} in total"
+            else:
+                waiting.setdefault(j.id, "not chosen this round")
+        return Plan(index, now, decision_s, frozenset(by_id), placements, waiting)
+
+    def apply(self, plan: Plan) -> None:
+        ctx = self.ctx
+        with ctx.lock:
+            changes = []
+            for job in ctx.store.active_jobs():
+                new = self._apply_one(job, plan)
+                if new is not None and new is not job:
+                    changes.append((job, new))
+            if changes:
+                ctx.save_jobs(changes)
+            self.round_index = plan.round_index
+            ctx.metrics.rounds.inc()
+            event(
+                ctx.log,
+                "round.applied",
+                round=plan.round_index,
+                decision_ms=round(plan.decision_s * 1000, 3),
+                placed=len(plan.allocations),
+                waiting=len(plan.waiting),
+                changed=len(changes),
+                policy=self.policy,
+                mechanism=self.mechanism,
+            )
+
+    def _apply_one(self, job: JobRecord, plan: Plan) -> JobRecord | None:
+        new_place = plan.allocations.get(job.id)
+        r = plan.round_index
+        if job.id not in plan.considered:
+            if job.state == JobState.QUEUED:
+                return _waiting(job, f"submitted after round {r} was decided; considered next round")
+            return None
+        if job.state == JobState.QUEUED:
+            if new_place is None:
+                reason = plan.waiting.get(job.id, "not chosen this round")
+                if reason != job.waiting_reason:
+                    event(self.ctx.log, "job.waiting", job=job.id, round=r, reason=reason)
+                return _waiting(job, reason)
+            return self.jobs.launch(job, new_place, r, f"round {r}: placed on {fmt_placements(new_place)}")
+        if job.state != JobState.RUNNING:
+            return None
+        if job.stopping:
+            return _with_next(job, new_place or ())
+        if new_place is None:
+            why = plan.waiting.get(job.id, "not chosen this round")
+            return self.jobs.request_stop(job, f"round {r}: lease not renewed ({why})")
+        if len(new_place) == len(job.placements) and all(map(same_share, new_place, job.placements)):
+            return None
+        if _same_gpus(job.placements, new_place):
+            event(self.ctx.log, "job.resized", job=job.id, round=r, placements=fmt_placements(new_place))
+            return _resized(job, new_place, r)
+        return self.jobs.request_stop(job, f"round {r}: moving to {fmt_placements(new_place)}", new_place)
+
+    def _core_job(self, job: JobRecord, cluster: Cluster) -> Job:
+        live = self.jobs.progress(job)
+        steps, _, attained = live if live is not None else (job.steps_done, 0.0, job.attained_gpu_s)
+        return Job(
+            id=job.id,
+            model=job.spec.model or job.name,
+            gpus=job.spec.gpus,
+            arrival_s=job.submitted_at,
+            iterations=float(job.spec.iterations or DEFAULT_ITERATIONS),
+            profile=self.ctx.profiles.profile(job, cluster),
+            done_iterations=float(steps),
+            attained_gpu_s=attained,
+        )
+
+
+def _holds(job: JobRecord, node_id: str, gpus: int) -> bool:
+    return job.state == JobState.RUNNING and any(p.server_id == node_id and p.gpus == gpus for p in job.placements)
+
+
+def _same_gpus(a: Sequence[Placement], b: Sequence[Placement]) -> bool:
+    return [(p.server_id, p.gpus) for p in a] == [(p.server_id, p.gpus) for p in b]
+
+
+def _waiting(job: JobRecord, reason: str) -> JobRecord:
+    return job if job.waiting_reason == reason else replace(job, waiting_reason=reason)
+
+
+def _with_next(job: JobRecord, placements: tuple[Placement, ...]) -> JobRecord:
+    return job if job.next_placements == placements else replace(job, next_placements=placements)
+
+
+def _resized(job: JobRecord, placements: tuple[Placement, ...], round_index: int) -> JobRecord:
+    return replace(job, placements=placements, round_index=round_index)

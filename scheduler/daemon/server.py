@@ -1,0 +1,117 @@
+"""The gRPC server: services, auth interceptor, health checking, reflection, TLS, ports.
+
+It is a grpc.aio server on an event loop of its own thread. The synchronous server hands
+every call from its polling thread to a worker thread and back; under a thousand renewals
+a second those hand-offs, all contending for the GIL, were most of the latency. On one
+loop a call costs its handler and the (de)serialisation, nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, Sequence, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.v1 import admin_pb2, admin_pb2_grpc, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+
+SERVICE_NAMES = tuple(
+    m.DESCRIPTOR.services_by_name[n].full_name
+    for m, n in ((admin_pb2, "AdminService"), (job_pb2, "JobService"), (node_pb2, "NodeService"))
+)
+T = TypeVar("T")
+
+
+class BindError(RuntimeError):
+    pass
+
+
+class LoopThread:
+    """An asyncio event loop running on a daemon thread; `run` executes a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+@dataclass
+class Servers:
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+    agent_port: int | None
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, status)
+
+
+async def build(
+    config: DaemonConfig,
+    interceptors: Sequence[grpc.aio.ServerInterceptor],
+    admin: admin_pb2_grpc.AdminServiceServicer,
+    jobs: job_pb2_grpc.JobServiceServicer,
+    nodes: node_pb2_grpc.NodeServiceServicer,
+) -> Servers:
+    """Create and bind (not start) the server; must run on the loop that will serve it."""
+    limit = int(config.max_message_mb * 1024 * 1024)
+    server = grpc.aio.server(
+        interceptors=list(interceptors),
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),  # a second daemon must fail to bind, not share the port
+        ],
+        maximum_concurrent_rpcs=8192,
+    )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
+    job_pb2_grpc.add_JobServiceServicer_to_server(jobs, server)
+    node_pb2_grpc.add_NodeServiceServicer_to_server(nodes, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = _bind(server, config.host, config.port, _credentials(config, client_auth=False))
+    agent_port = None
+    if config.tls_client_ca is not None:
+        agent_port = _bind(server, config.host, config.agent_port, _credentials(config, client_auth=True))
+    return Servers(server, health_servicer, port, agent_port)
+
+
+def _credentials(config: DaemonConfig, client_auth: bool) -> grpc.ServerCredentials | None:
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    pair = [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())]
+    if not client_auth:
+        return grpc.ssl_server_credentials(pair)
+    assert config.tls_client_ca is not None
+    return grpc.ssl_server_credentials(
+        pair, root_certificates=config.tls_client_ca.read_bytes(), require_client_auth=True
+    )
+
+
+def _bind(server: grpc.aio.Server, host: str, port: int, creds: grpc.ServerCredentials | None) -> int:
+    address = f"{host}:{port}"
+    try:
+        bound = server.add_secure_port(address, creds) if creds is not None else server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        raise BindError(f"cannot listen on {address} (port in use or address not local)")
+    return bound

@@ -1,0 +1,1 @@
+"""gRPC servicers: one module per service, each translating messages and calling the logic."""

@@ -1,0 +1,148 @@
+"""AdminService: the CLI's view of the daemon (messages in, logic calls, messages out)."""
+
+from __future__ import annotations
+
+import grpc
+
+from synergy.scheduler.daemon import validation
+from synergy.scheduler.daemon.errors import InvalidArgument
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.jobs import JobBook
+from synergy.scheduler.daemon.live import JobLive
+from synergy.scheduler.daemon.nodes import NodeBook
+from synergy.scheduler.daemon.records import JobRecord, JobState
+from synergy.scheduler.daemon.rounds import RoundLoop
+from synergy.scheduler.daemon.servicers import convert
+from synergy.scheduler.daemon.servicers.base import Servicer, rpc
+from synergy.scheduler.model import Resources
+from synergy.v1 import admin_pb2, admin_pb2_grpc
+
+VERSION = "0.1.0"
+
+
+class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
+    def __init__(
+        self, ctx: DaemonContext, jobs: JobBook, nodes: NodeBook, rounds: RoundLoop, started_at: float
+    ) -> None:
+        super().__init__(ctx)
+        self.jobs, self.nodes, self.rounds, self.started_at = jobs, nodes, rounds, started_at
+
+    def _info(self, job: JobRecord, history: bool) -> admin_pb2.JobInfo:
+        view = self.jobs.view(job)
+        live: JobLive | None = self.ctx.live.jobs.get(job.id)
+        expires = 0.0
+        if live is not None and live.ranks:
+            expires = min(r.last_renewal for r in live.ranks.values()) + self.ctx.config.lease_grace
+        return convert.job_to_info(view, history, expires)
+
+    @rpc
+    def SubmitJob(
+        self, request: admin_pb2.SubmitJobRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.SubmitJobResponse:
+        if not request.HasField("spec"):
+            raise InvalidArgument("spec", "is required")
+        spec = validation.job_spec(
+            convert.spec_from_msg(request.spec), self.ctx.config.max_job_gpus, request.spec.ByteSize()
+        )
+        return admin_pb2.SubmitJobResponse(job=self._info(self.jobs.submit(spec), history=True))
+
+    @rpc
+    def ListJobs(self, request: admin_pb2.ListJobsRequest, context: grpc.ServicerContext) -> admin_pb2.ListJobsResponse:
+        states = [convert.job_state_from_msg(s) for s in request.states]
+        if request.states and all(s is None for s in states):
+            return admin_pb2.ListJobsResponse()
+        jobs = self.jobs.list([s for s in states if s is not None], request.limit)
+        with self.ctx.lock:
+            return admin_pb2.ListJobsResponse(jobs=[self._info(j, history=False) for j in jobs])
+
+    @rpc
+    def DescribeJob(
+        self, request: admin_pb2.DescribeJobRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.DescribeJobResponse:
+        job = self.jobs.find(validation.job_ref(request.job))
+        with self.ctx.lock:
+            return admin_pb2.DescribeJobResponse(job=self._info(job, history=True))
+
+    @rpc
+    def CancelJob(
+        self, request: admin_pb2.CancelJobRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.CancelJobResponse:
+        ref = validation.job_ref(request.job)
+        job = self.jobs.cancel(ref, validation.text(request.reason, "reason"))
+        return admin_pb2.CancelJobResponse(job=self._info(job, history=True))
+
+    @rpc
+    def ListNodes(
+        self, request: admin_pb2.ListNodesRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ListNodesResponse:
+        return admin_pb2.ListNodesResponse(nodes=[convert.node_to_info(v) for v in self.nodes.list()])
+
+    @rpc
+    def CordonNode(
+        self, request: admin_pb2.CordonNodeRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.CordonNodeResponse:
+        node_id, reason = self._node_args(request)
+        return admin_pb2.CordonNodeResponse(node=convert.node_to_info(self.nodes.cordon(node_id, reason)))
+
+    @rpc
+    def DrainNode(
+        self, request: admin_pb2.DrainNodeRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.DrainNodeResponse:
+        node_id, reason = self._node_args(request)
+        return admin_pb2.DrainNodeResponse(node=convert.node_to_info(self.nodes.drain(node_id, reason)))
+
+    @rpc
+    def ResumeNode(
+        self, request: admin_pb2.ResumeNodeRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ResumeNodeResponse:
+        node_id, reason = self._node_args(request)
+        return admin_pb2.ResumeNodeResponse(node=convert.node_to_info(self.nodes.resume(node_id, reason)))
+
+    @staticmethod
+    def _node_args(request: admin_pb2.CordonNodeRequest) -> tuple[str, str]:
+        return validation.node_id(request.node_id), validation.text(request.reason, "reason")
+
+    @rpc
+    def GetClusterStatus(
+        self, request: admin_pb2.GetClusterStatusRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.GetClusterStatusResponse:
+        with self.ctx.lock:
+            views = self.nodes.list()
+            counts: dict[JobState, int] = {}
+            for job in self.ctx.store.jobs():
+                counts[job.state] = counts.get(job.state, 0) + 1
+        capacity, allocated = Resources(), Resources()
+        for v in views:
+            if v.state in ("ready", "cordoned"):
+                capacity = capacity + v.record.allocatable
+                allocated = allocated + v.allocated
+        rounds = self.rounds
+        return admin_pb2.GetClusterStatusResponse(
+            policy=rounds.policy,
+            mechanism=rounds.mechanism,
+            round_s=self.ctx.config.round_s,
+            round_index=rounds.round_index,
+            next_round_at_unix_s=rounds.next_boundary,
+            last_decision_ms=rounds.last_decision_s * 1000,
+            capacity=convert.resources_to_msg(capacity),
+            allocated=convert.resources_to_msg(allocated),
+            free=convert.resources_to_msg(capacity - allocated),
+            nodes_total=len(views),
+            nodes_ready=sum(1 for v in views if v.state == "ready"),
+            job_counts=[
+                admin_pb2.JobStateCount(state=convert.job_state_to_msg(s), count=n)
+                for s, n in sorted(counts.items(), key=lambda kv: convert.job_state_to_msg(kv[0]))
+            ],
+            daemon_version=VERSION,
+            started_at_unix_s=self.started_at,
+            max_job_gpus=self.ctx.config.max_job_gpus,
+        )
+
+    @rpc
+    def SetPolicy(
+        self, request: admin_pb2.SetPolicyRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.SetPolicyResponse:
+        policy, mechanism = self.rounds.set_policy(
+            validation.text(request.policy, "policy", 64), validation.text(request.mechanism, "mechanism", 64)
+        )
+        return admin_pb2.SetPolicyResponse(policy=policy, mechanism=mechanism)

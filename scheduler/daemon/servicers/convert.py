@@ -1,0 +1,259 @@
+"""Translation between synergy.v1 messages and the daemon's records (no logic here)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
+from synergy.scheduler.daemon.nodes import NodeView
+from synergy.scheduler.daemon.reconciler import Instruction, InstructionKind
+from synergy.scheduler.daemon.records import JobRecord, JobSpec, JobState, NodeRecord
+from synergy.scheduler.model import Placement, Resources
+from synergy.v1 import admin_pb2, common_pb2, node_pb2
+
+
+# -- enums ----------------------------------------------------------------------------------------
+def job_state_to_msg(state: JobState | None) -> int:
+    if state is None:
+        return common_pb2.JOB_STATE_UNSPECIFIED
+    return common_pb2.JobState.Value("JOB_STATE_" + state.value.upper())
+
+
+def job_state_from_msg(value: int) -> JobState | None:
+    """None for UNSPECIFIED or an unknown number (a filter on it matches nothing)."""
+    name = common_pb2.JobState.Name(value) if value in common_pb2.JobState.values() else ""
+    if not name or value == common_pb2.JOB_STATE_UNSPECIFIED:
+        return None
+    return JobState(name.removeprefix("JOB_STATE_").lower())
+
+
+def node_state_to_msg(state: str) -> int:
+    return common_pb2.NodeState.Value("NODE_STATE_" + state.upper())
+
+
+_TASK_PHASES = {
+    node_pb2.TASK_STATE_STARTING: TaskPhase.STARTING,
+    node_pb2.TASK_STATE_RUNNING: TaskPhase.RUNNING,
+    node_pb2.TASK_STATE_STOPPING: TaskPhase.STOPPING,
+    node_pb2.TASK_STATE_EXITED: TaskPhase.EXITED,
+}
+_INSTRUCTIONS = {
+    InstructionKind.LAUNCH: node_pb2.INSTRUCTION_KIND_LAUNCH,
+    InstructionKind.RESIZE: node_pb2.INSTRUCTION_KIND_RESIZE,
+    InstructionKind.STOP: node_pb2.INSTRUCTION_KIND_STOP,
+}
+
+
+# -- small types ----------------------------------------------------------------------------------
+def resources_to_msg(r: Resources) -> common_pb2.Resources:
+    return common_pb2.Resources(gpus=r.gpus, cpus=r.cpus, mem_gb=r.mem_gb)
+
+
+def resources_from_msg(m: common_pb2.Resources) -> Resources:
+    return Resources(m.gpus, m.cpus, m.mem_gb)
+
+
+def placement_to_msg(p: Placement) -> common_pb2.Placement:
+    return common_pb2.Placement(node_id=p.server_id, gpus=p.gpus, cpus=p.cpus, mem_gb=p.mem_gb)
+
+
+def placement_from_msg(m: common_pb2.Placement, default_node: str, force_node: bool = False) -> Placement:
+    node = default_node if force_node or not m.node_id else m.node_id
+    return Placement(node, int(m.gpus), m.cpus, m.mem_gb)
+
+
+def profile_from_msg(m: common_pb2.SensitivityProfile) -> dict[str, Any]:
+    """The per-model form of the JSON profile format (validated by the caller)."""
+    return {
+        "task": m.task,
+        "cpus_per_gpu": list(m.cpus_per_gpu),
+        "mem_gb_per_gpu": list(m.mem_gb_per_gpu),
+        "throughput": [list(row.throughput) for row in m.throughput],
+        "reference": {"cpus_per_gpu": m.reference_cpus_per_gpu, "mem_gb_per_gpu": m.reference_mem_gb_per_gpu},
+        "iter_time_s": m.iter_time_s,
+        "source": m.source,
+    }
+
+
+def profile_to_msg(model: str, d: Mapping[str, Any]) -> common_pb2.SensitivityProfile:
+    return common_pb2.SensitivityProfile(
+        model=model,
+        task=d["task"],
+        cpus_per_gpu=d["cpus_per_gpu"],
+        mem_gb_per_gpu=d["mem_gb_per_gpu"],
+        throughput=[common_pb2.ProfileRow(throughput=row) for row in d["throughput"]],
+        reference_cpus_per_gpu=d["reference"]["cpus_per_gpu"],
+        reference_mem_gb_per_gpu=d["reference"]["mem_gb_per_gpu"],
+        iter_time_s=d["iter_time_s"],
+        source=d.get("source", ""),
+    )
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+def spec_from_msg(m: admin_pb2.JobSpec) -> JobSpec:
+    return JobSpec(
+        name=m.name,
+        command=tuple(m.command),
+        gpus=m.gpus,
+        working_dir=m.working_dir,
+        env=tuple(sorted(m.env.items())),
+        cpus_hint=m.cpus_hint,
+        mem_gb_hint=m.mem_gb_hint,
+        model=m.model,
+        task=m.task,
+        checkpoint_dir=m.checkpoint_dir,
+        priority=m.priority,
+        iterations=m.iterations,
+        min_gpus=m.min_gpus,
+        max_gpus=m.max_gpus,
+        profile=profile_from_msg(m.profile) if m.HasField("profile") else None,
+    )
+
+
+def spec_to_msg(s: JobSpec) -> admin_pb2.JobSpec:
+    m = admin_pb2.JobSpec(
+        name=s.name,
+        command=list(s.command),
+        working_dir=s.working_dir,
+        env=dict(s.env),
+        gpus=s.gpus,
+        cpus_hint=s.cpus_hint,
+        mem_gb_hint=s.mem_gb_hint,
+        model=s.model,
+        task=s.task,
+        checkpoint_dir=s.checkpoint_dir,
+        priority=s.priority,
+        iterations=s.iterations,
+        min_gpus=s.min_gpus,
+        max_gpus=s.max_gpus,
+    )
+    if s.profile is not None:
+        m.profile.CopyFrom(profile_to_msg(s.model or s.name, s.profile))
+    return m
+
+
+def job_to_info(job: JobRecord, history: bool, lease_expires_at: float = 0.0) -> admin_pb2.JobInfo:
+    info = admin_pb2.JobInfo(
+        id=job.id,
+        name=job.name,
+        spec=spec_to_msg(job.spec),
+        state=job_state_to_msg(job.state),
+        state_reason=job.reason,
+        waiting_reason=job.waiting_reason if job.state == JobState.QUEUED else "",
+        submitted_at_unix_s=job.submitted_at,
+        started_at_unix_s=job.started_at,
+        finished_at_unix_s=job.finished_at,
+        placements=[placement_to_msg(p) for p in job.placements],
+        attempt=job.attempt,
+        steps_done=job.steps_done,
+        samples_per_s=job.samples_per_s,
+        attained_gpu_s=job.attained_gpu_s,
+        preemptions=job.preemptions,
+        last_checkpoint_path=job.checkpoint_path,
+        last_checkpoint_step=job.checkpoint_step,
+        exit_code=job.exit_code,
+        profile_source=job.profile_source,
+        lease_expires_at_unix_s=lease_expires_at if job.state == JobState.RUNNING else 0.0,
+        stop_at_step=job.stop_at_step,
+    )
+    if history:
+        info.history.extend(
+            admin_pb2.JobTransition(
+                from_state=job_state_to_msg(t.from_state),
+                to_state=job_state_to_msg(t.to_state),
+                reason=t.reason,
+                at_unix_s=t.at_s,
+            )
+            for t in job.history
+        )
+    return info
+
+
+# -- nodes ----------------------------------------------------------------------------------------
+def node_from_register(m: node_pb2.RegisterNodeRequest) -> NodeRecord:
+    return NodeRecord(
+        id=m.node_id,
+        hostname=m.hostname or m.node_id,
+        capacity=resources_from_msg(m.capacity),
+        reserved=resources_from_msg(m.reserved),
+        gpus=tuple(MessageToDict(g, preserving_proto_field_name=True) for g in m.gpus),
+        agent_version=m.agent_version,
+    )
+
+
+def task_from_msg(m: node_pb2.TaskStatus, node_id: str) -> ObservedTask | None:
+    """None for a task with an unknown state (it is ignored, not guessed at)."""
+    phase = _TASK_PHASES.get(m.state)
+    if phase is None:
+        return None
+    return ObservedTask(
+        key=TaskKey(m.ref.job_id, m.ref.attempt, m.ref.rank),
+        phase=phase,
+        exit_code=m.exit_code,
+        pid=m.pid,
+        gpu_indices=tuple(m.gpu_indices),
+        message=m.message[:1024],
+        # A task runs on the node that reports it, whatever node id its placement names.
+        placement=placement_from_msg(m.placement, node_id, force_node=True) if m.HasField("placement") else None,
+    )
+
+
+def telemetry_from_msg(m: common_pb2.NodeTelemetry) -> dict[str, Any]:
+    return MessageToDict(m, preserving_proto_field_name=True)
+
+
+def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
+    n = v.record
+    info = admin_pb2.NodeInfo(
+        node_id=n.id,
+        hostname=n.hostname,
+        state=node_state_to_msg(v.state),
+        state_reason=v.reason,
+        capacity=resources_to_msg(n.capacity),
+        reserved=resources_to_msg(n.reserved),
+        allocatable=resources_to_msg(n.allocatable),
+        allocated=resources_to_msg(v.allocated),
+        free=resources_to_msg(n.allocatable - v.allocated),
+        gpus=[ParseDict(g, common_pb2.GpuInfo()) for g in n.gpus],
+        last_heartbeat_unix_s=v.last_heartbeat,
+        registered_at_unix_s=n.registered_at,
+        job_ids=list(v.job_ids),
+        agent_version=n.agent_version,
+    )
+    if v.telemetry:
+        info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))
+    return info
+
+
+def task_ref(key: TaskKey) -> node_pb2.TaskRef:
+    return node_pb2.TaskRef(job_id=key.job_id, attempt=key.attempt, rank=key.rank)
+
+
+def instruction_to_msg(ins: Instruction) -> node_pb2.Instruction:
+    out = node_pb2.Instruction(
+        kind=_INSTRUCTIONS[ins.kind], ref=task_ref(ins.key), reason=ins.reason, stop_grace_s=ins.stop_grace_s
+    )
+    if ins.placement is not None:
+        out.placement.CopyFrom(placement_to_msg(ins.placement))
+    job = ins.job
+    if ins.kind == InstructionKind.LAUNCH and job is not None and ins.placement is not None:
+        out.task.CopyFrom(
+            node_pb2.TaskSpec(
+                ref=task_ref(ins.key),
+                job_name=job.name,
+                world_size=len(job.placements),
+                command=list(job.spec.command),
+                working_dir=job.spec.working_dir,
+                env=dict(job.spec.env),
+                placement=placement_to_msg(ins.placement),
+                job_token=job.token,
+                checkpoint_dir=job.spec.checkpoint_dir,
+                resume_checkpoint_path=job.checkpoint_path,
+                resume_step=job.checkpoint_step,
+                master_node_id=job.placements[0].server_id,
+                master_hostname=ins.master_hostname,
+            )
+        )
+    return out

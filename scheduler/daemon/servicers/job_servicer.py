@@ -1,0 +1,121 @@
+"""JobService: what the iterator inside each job process calls (messages <-> LeaseBook)."""
+
+from __future__ import annotations
+
+import grpc
+
+from synergy.scheduler.daemon import validation
+from synergy.scheduler.daemon.auth import caller_job
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.errors import InvalidArgument
+from synergy.scheduler.daemon.leases import LeaseAction, LeaseBook
+from synergy.scheduler.daemon.records import JobRecord
+from synergy.scheduler.daemon.servicers import convert
+from synergy.scheduler.daemon.servicers.base import Servicer, rpc
+from synergy.v1 import job_pb2, job_pb2_grpc
+
+_ACTIONS = {
+    LeaseAction.CONTINUE: job_pb2.LEASE_ACTION_CONTINUE,
+    LeaseAction.STOP: job_pb2.LEASE_ACTION_STOP,
+    LeaseAction.TERMINATE: job_pb2.LEASE_ACTION_TERMINATE,
+}
+
+
+class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
+    def __init__(self, ctx: DaemonContext, leases: LeaseBook) -> None:
+        super().__init__(ctx)
+        self.leases = leases
+
+    def _caller(self, context: grpc.ServicerContext) -> int:
+        return caller_job(context, self.ctx.job_tokens)
+
+    def _lease(self, job: JobRecord, expires_at: float) -> job_pb2.Lease:
+        return job_pb2.Lease(
+            job_id=job.id,
+            attempt=job.attempt,
+            expires_at_unix_s=expires_at,
+            placements=[convert.placement_to_msg(p) for p in job.placements],
+            round_index=job.round_index,
+        )
+
+    @rpc
+    def RegisterJobProcess(
+        self, request: job_pb2.RegisterJobProcessRequest, context: grpc.ServicerContext
+    ) -> job_pb2.RegisterJobProcessResponse:
+        validation.text(request.node_id, "node_id", 128)
+        validation.text(request.hostname, "hostname", 256)
+        job, expires = self.leases.register_process(
+            self._caller(context), request.job_id, request.attempt, request.rank, request.world_size
+        )
+        return job_pb2.RegisterJobProcessResponse(
+            lease=self._lease(job, expires),
+            renew_interval_s=self.ctx.config.renew_interval_s,
+            resume_checkpoint_path=job.checkpoint_path,
+            resume_step=job.checkpoint_step,
+        )
+
+    @rpc
+    def ReportProfile(
+        self, request: job_pb2.ReportProfileRequest, context: grpc.ServicerContext
+    ) -> job_pb2.ReportProfileResponse:
+        caller = self._caller(context)
+        if not request.HasField("profile"):
+            raise InvalidArgument("profile", "is required")
+        if request.profile.ByteSize() > validation.MAX_SPEC_BYTES:
+            raise InvalidArgument("profile", f"is larger than {validation.MAX_SPEC_BYTES} bytes")
+        doc = convert.profile_from_msg(request.profile)
+        validation.profile(doc, request.profile.model or f"job-{request.job_id}", "profile")
+        return job_pb2.ReportProfileResponse(profile_source=self.leases.report_profile(caller, request.job_id, doc))
+
+    @rpc
+    def RenewLease(
+        self, request: job_pb2.RenewLeaseRequest, context: grpc.ServicerContext
+    ) -> job_pb2.RenewLeaseResponse:
+        r = self.leases.renew(
+            self._caller(context),
+            request.job_id,
+            request.attempt,
+            request.rank,
+            validation.counter(request.step, "step"),
+            request.samples_per_s,
+            request.steps_per_s,
+        )
+        return job_pb2.RenewLeaseResponse(
+            action=_ACTIONS[r.action],
+            lease=self._lease(r.job, r.expires_at),
+            stop_at_step=r.stop_at_step,
+            reason=r.reason,
+            renew_interval_s=self.ctx.config.renew_interval_s,
+        )
+
+    @rpc
+    def ReportCheckpoint(
+        self, request: job_pb2.ReportCheckpointRequest, context: grpc.ServicerContext
+    ) -> job_pb2.ReportCheckpointResponse:
+        if not request.path:
+            raise InvalidArgument("path", "must not be empty")
+        validation.text(request.path, "path", validation.MAX_PATH_CHARS)
+        step = self.leases.report_checkpoint(
+            self._caller(context),
+            request.job_id,
+            request.attempt,
+            validation.counter(request.step, "step"),
+            request.path,
+        )
+        return job_pb2.ReportCheckpointResponse(resume_step=step)
+
+    @rpc
+    def ReportCompletion(
+        self, request: job_pb2.ReportCompletionRequest, context: grpc.ServicerContext
+    ) -> job_pb2.ReportCompletionResponse:
+        if request.outcome not in (job_pb2.COMPLETION_OUTCOME_SUCCEEDED, job_pb2.COMPLETION_OUTCOME_FAILED):
+            raise InvalidArgument("outcome", "must be COMPLETION_OUTCOME_SUCCEEDED or COMPLETION_OUTCOME_FAILED")
+        state = self.leases.report_completion(
+            self._caller(context),
+            request.job_id,
+            request.attempt,
+            request.outcome == job_pb2.COMPLETION_OUTCOME_SUCCEEDED,
+            validation.counter(request.step, "step"),
+            validation.text(request.message, "message"),
+        )
+        return job_pb2.ReportCompletionResponse(state=convert.job_state_to_msg(state))

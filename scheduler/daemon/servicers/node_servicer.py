@@ -1,0 +1,82 @@
+"""NodeService: what agents call (messages <-> NodeBook); instructions ride on the replies."""
+
+from __future__ import annotations
+
+import grpc
+
+from synergy.scheduler.daemon import validation
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.live import ObservedTask
+from synergy.scheduler.daemon.nodes import NodeBook, NodeReply
+from synergy.scheduler.daemon.servicers import convert
+from synergy.scheduler.daemon.servicers.admin_servicer import VERSION
+from synergy.scheduler.daemon.servicers.base import Servicer, rpc
+from synergy.v1 import node_pb2, node_pb2_grpc
+
+
+class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
+    def __init__(self, ctx: DaemonContext, nodes: NodeBook) -> None:
+        super().__init__(ctx)
+        self.nodes = nodes
+
+    @staticmethod
+    def _tasks(tasks: list[node_pb2.TaskStatus], node_id: str) -> list[ObservedTask]:
+        validation.count(tasks, "tasks", validation.MAX_TASKS_PER_NODE)
+        out = []
+        for i, t in enumerate(tasks):
+            validation.text(t.message, f"tasks[{i}].message", 64 * 1024)
+            task = convert.task_from_msg(t, node_id)
+            if task is None:
+                continue
+            validation.counter(task.key.job_id, f"tasks[{i}].ref.job_id")
+            validation.counter(task.key.attempt, f"tasks[{i}].ref.attempt")
+            if task.placement is not None:
+                validation.task_placement(task.placement, f"tasks[{i}].placement")
+            out.append(task)
+        return out
+
+    def _reply(self, reply: NodeReply) -> tuple[list[node_pb2.Instruction], list[node_pb2.TaskRef]]:
+        return (
+            [convert.instruction_to_msg(i) for i in reply.instructions],
+            [convert.task_ref(k) for k in reply.forget],
+        )
+
+    @rpc
+    def RegisterNode(
+        self, request: node_pb2.RegisterNodeRequest, context: grpc.ServicerContext
+    ) -> node_pb2.RegisterNodeResponse:
+        validation.node_id(request.node_id)
+        validation.text(request.hostname, "hostname", 256)
+        validation.text(request.agent_version, "agent_version", 64)
+        validation.count(request.gpus, "gpus", validation.MAX_GPUS_PER_NODE)
+        record = convert.node_from_register(request)
+        validation.node_resources(record.capacity, record.reserved)
+        reply = self.nodes.register(record, self._tasks(list(request.tasks), request.node_id))
+        instructions, _ = self._reply(reply)
+        return node_pb2.RegisterNodeResponse(
+            heartbeat_interval_s=self.ctx.config.heartbeat_interval_s,
+            state=convert.node_state_to_msg(reply.node.state),
+            state_reason=reply.node.reason,
+            instructions=instructions,
+            daemon_version=VERSION,
+        )
+
+    @rpc
+    def Heartbeat(
+        self, request: node_pb2.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> node_pb2.HeartbeatResponse:
+        validation.node_id(request.node_id)
+        validation.count(request.telemetry.gpus, "telemetry.gpus", validation.MAX_GPUS_PER_NODE)
+        reply = self.nodes.heartbeat(
+            request.node_id,
+            convert.telemetry_from_msg(request.telemetry),
+            self._tasks(list(request.tasks), request.node_id),
+        )
+        instructions, forget = self._reply(reply)
+        return node_pb2.HeartbeatResponse(
+            heartbeat_interval_s=self.ctx.config.heartbeat_interval_s,
+            instructions=instructions,
+            forget=forget,
+            state=convert.node_state_to_msg(reply.node.state),
+            state_reason=reply.node.reason,
+        )

@@ -1,0 +1,206 @@
+"""The YAML job spec loader: every field validated, one line naming it (no daemon needed)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from synergy.scheduler.cli.spec import SpecError, load_spec, parse_spec
+from synergy.scheduler.profiles.format import dump_profiles
+from synergy.scheduler.profiles.zoo import default_profiles
+
+ZOO = default_profiles()
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+
+def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_full_spec_round_trips(tmp_path: Path) -> None:
+    prof = tmp_path / "profiles.json"
+    prof.write_text(json.dumps(dump_profiles({"gnmt": ZOO["gnmt"]})))
+    path = write(tmp_path, """
+name: r18
+command: [python, train.py, --epochs, 90, --lr, 0.1]
+working_dir: /shared/r18
+gpus: 2
+cpus: 6
+memory_gb: 120.5
+model: gnmt
+task: language
+profile: profiles.json
+iterations: 1000
+checkpoint_dir: ckpt
+priority: -3
+env: {A: "1", B: 2}
+elastic: {min_gpus: 1, max_gpus: 4}
+""")
+    spec = load_spec(path)
+    assert spec.command == ("python", "train.py", "--epochs", "90", "--lr", "0.1")
+    assert spec.gpus == 2 and spec.cpus == 6.0 and spec.memory_gb == 120.5
+    assert spec.checkpoint_dir == "/shared/r18/ckpt"
+    assert spec.env == {"A": "1", "B": "2"}
+    assert spec.profile == ZOO["gnmt"]
+    assert spec.elastic is not None and (spec.elastic.min_gpus, spec.elastic.max_gpus) == (1, 4)
+    assert json.loads(json.dumps(spec.to_dict()))["name"] == "r18"
+
+
+def test_command_string_is_split_never_shelled(tmp_path: Path) -> None:
+    spec = parse_spec({"name": "a", "gpus": 1, "command": "python t.py --msg 'a b' | tee $HOME"},
+                      origin="x")
+    # Pipes and variables stay literal arguments: no shell ever sees them.
+    assert spec.command == ("python", "t.py", "--msg", "a b", "|", "tee", "$HOME")
+
+
+def test_relative_working_dir_is_taken_from_base_dir(tmp_path: Path) -> None:
+    spec = parse_spec({"name": "a", "gpus": 1, "command": "x", "working_dir": "sub"}, origin="x",
+                      base_dir=tmp_path)
+    assert spec.working_dir == str(tmp_path / "sub")
+    default = parse_spec({"name": "a", "gpus": 1, "command": "x"}, origin="x", base_dir=tmp_path)
+    assert default.working_dir == str(tmp_path)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("gpus: 0", "field 'gpus' must be a positive integer"),
+    ("gpus: -2", "field 'gpus' must be a positive integer"),
+    ("gpus: 1.5", "field 'gpus' must be a positive integer, got a number 1.5"),
+    ("gpus: true", "field 'gpus' must be a positive integer, got a boolean"),
+    ("gpus: '2'", "field 'gpus' must be a positive integer, got a string"),
+    ("gpus: 99999999999", "field 'gpus' must be at most"),
+    ("name: 1abc", "field 'name' must be 1-63 letters"),
+    ("name: [a]", "field 'name' must be a string, got a list"),
+    ("command: []", "field 'command' must not be empty"),
+    ("command: ''", "field 'command' must not be empty"),
+    ("command: {a: 1}", "field 'command' must be a list of arguments or a string, got a mapping"),
+    ("command: [python, null]", "field 'command' item 1 must be a string, got null"),
+    ("command: \"python 'x\"", "field 'command' cannot be split into arguments"),
+    ("cpus: 0", "field 'cpus' must be a positive number"),
+    ("cpus: .nan", "field 'cpus' must be a positive number"),
+    ("memory_gb: lots", "field 'memory_gb' must be a positive number, got a string"),
+    ("task: vision", "field 'task' must be one of image, language, speech"),
+    ("model: 'res net'", "field 'model' must be a model name"),
+    ("profile: missing.json", "field 'profile' is not a usable profile file"),
+    ("iterations: -1", "field 'iterations' must be at least 0"),
+    ("priority: 5000", "field 'priority' must be at most 1000"),
+    ("env: [A]", "field 'env' must be a mapping of NAME: value, got a list"),
+    ("env: {1A: x}", "field 'env' has an invalid variable name '1A'"),
+    ("env: {DEBUG: yes}", "field 'env.DEBUG' must be a string, got a boolean (quote values"),
+    ("env: {SYNERGY_JOB_TOKEN: x}", "field 'env.SYNERGY_JOB_TOKEN' is reserved"),
+    ("elastic: 4", "field 'elastic' must be a mapping with min_gpus and max_gpus"),
+    ("elastic: {min_gpus: 1}", "field 'elastic.max_gpus' is required"),
+    ("elastic: {min_gpus: 4, max_gpus: 2}", "field 'elastic.min_gpus' (4) must not exceed max_gpus (2)"),
+    ("elastic: {min_gpus: 4, max_gpus: 8}", "field 'elastic' range 4..8 must contain gpus (2)"),
+    ("elastic: {min_gpus: 1, max_gpus: 4, step: 1}", "unknown field 'elastic.step'"),
+    ("gpu: 2", "unknown field 'gpu' (did you mean 'gpus'?)"),
+    ("gpus: 2\ngpus: 3", "duplicate field 'gpus' at line"),
+])
+def test_each_bad_field_is_named_in_one_line(tmp_path: Path, body: str, message: str) -> None:
+    base = {"name": "name: ok", "command": "command: [python, t.py]", "gpus": "gpus: 2"}
+    key = body.split(":")[0]
+    lines = [v for k, v in base.items() if k != key] + [body]
+    path = write(tmp_path, "\n".join(lines) + "\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: ")
+    assert message in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "the file is empty"),
+    ("- a\n- b\n", "a job spec must be a mapping of fields"),
+    ("name: a\n  gpus: 1\n", "invalid YAML at line 2"),
+    ("name: [a\n", "invalid YAML"),
+    ("name: !!python/object:os.system x\n", "invalid YAML"),
+])
+def test_malformed_files(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        load_spec(write(tmp_path, text))
+
+
+def test_missing_required_fields(tmp_path: Path) -> None:
+    for missing in ("name", "command", "gpus"):
+        doc = {"name": "a", "command": ["x"], "gpus": 1}
+        del doc[missing]
+        with pytest.raises(SpecError, match=f"field '{missing}' is required"):
+            parse_spec(doc, origin="x")
+
+
+def test_unreadable_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "nope.yaml")
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path)
+
+
+def test_overrides_win_and_env_merges(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: a\ncommand: x\ngpus: 1\nenv: {A: '1', B: '2'}\n")
+    spec = load_spec(path, overrides={"gpus": 4, "env": {"B": "3", "C": "4"}},
+                     labels={"gpus": "--gpus"})
+    assert spec.gpus == 4
+    assert spec.env == {"A": "1", "B": "3", "C": "4"}
+    with pytest.raises(SpecError, match=r": --gpus must be a positive integer$"):
+        load_spec(path, overrides={"gpus": 0}, labels={"gpus": "--gpus"})
+
+
+def test_profile_file_needs_a_matching_model(tmp_path: Path) -> None:
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(dump_profiles({"gnmt": ZOO["gnmt"], "alexnet": ZOO["alexnet"]})))
+    doc = {"name": "a", "command": "x", "gpus": 1, "profile": str(prof)}
+    with pytest.raises(SpecError, match="has several models and no 'model' field"):
+        parse_spec(doc, origin="x")
+    with pytest.raises(SpecError, match="has no model 'resnet18'"):
+        parse_spec({**doc, "model": "resnet18"}, origin="x")
+    assert parse_spec({**doc, "model": "alexnet"}, origin="x").profile == ZOO["alexnet"]
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_are_valid(path: Path) -> None:
+    spec = load_spec(path)
+    assert spec.name and spec.command and spec.gpus >= 1
+
+
+# -- the same checks through `synergy submit --dry-run` (flags over a file; no daemon) -----------
+def dry_run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict | None, str]:
+    from synergy.scheduler.cli.main import main
+
+    capsys.readouterr()
+    code = main(["submit", "--dry-run", "--json", *args])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out)["spec"] if code == 0 else None), err
+
+
+def test_flags_override_and_merge_into_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "name: a\ncommand: [python, t.py]\ngpus: 2\nenv: {A: '1'}\n"
+                           "elastic: {min_gpus: 1, max_gpus: 4}\n")
+    code, spec, err = dry_run(capsys, str(path), "--gpus", "3", "--env", "B=2", "--max-gpus", "8",
+                              "--name", "b", "--", "python", "other.py", "--flag")
+    assert code == 0, err
+    assert spec["name"] == "b" and spec["gpus"] == 3
+    assert spec["command"] == ["python", "other.py", "--flag"]
+    assert spec["env"] == {"A": "1", "B": "2"}
+    assert spec["elastic"] == {"min_gpus": 1, "max_gpus": 8}
+    assert "not yet scheduled" in err  # the elastic note goes to stderr, JSON stays clean
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--name", "a", "--gpus", "0", "--command", "x"], "command line: --gpus must be a positive integer"),
+    (["--name", "a", "--gpus", "1"], "submit needs a spec file or at least --command"),
+    (["--name", "a", "--gpus", "1", "--env", "NOEQUALS", "--command", "x"], "--env 'NOEQUALS' must look like"),
+    (["--name", "a", "--gpus", "1", "--env", "SYNERGY_X=1", "--command", "x"], "--env SYNERGY_X is reserved"),
+    (["--name", "a", "--gpus", "1", "--command", "x", "--", "y"], "either with --command or after '--'"),
+    (["--name", "a", "--gpus", "2", "--min-gpus", "4", "--max-gpus", "8", "--command", "x"],
+     "--min-gpus/--max-gpus range 4..8 must contain gpus (2)"),
+    (["--name", "a", "--gpus", "x"], "argument --gpus: invalid int value"),
+])
+def test_flag_errors_name_the_flag(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = dry_run(capsys, *args)
+    assert code == 2
+    assert err.startswith("synergy: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,252 @@
+"""The daemon's logic without gRPC: in-memory store, manual clock, simulated node reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from synergy.scheduler.daemon.app import Logic
+from synergy.scheduler.daemon.clock import ManualClock
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.errors import FailedPrecondition, PermissionDenied
+from synergy.scheduler.daemon.leases import LeaseAction
+from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
+from synergy.scheduler.daemon.profiles import ProfileBook
+from synergy.scheduler.daemon.reconciler import InstructionKind
+from synergy.scheduler.daemon.records import JobSpec, JobState, NodeRecord
+from synergy.scheduler.daemon.store import MemoryStore
+from synergy.scheduler.model import Resources
+
+
+class SimNode:
+    """Follows instructions the way an agent does and reports every task back."""
+
+    def __init__(self, logic: Logic, node_id: str, gpus: int = 2, cpus: float = 16, mem_gb: float = 128) -> None:
+        self.logic, self.id = logic, node_id
+        self.tasks: dict[TaskKey, ObservedTask] = {}
+        self.seen: list = []
+        reply = logic.nodes.register(NodeRecord(node_id, node_id, Resources(gpus, cpus, mem_gb), Resources()), [])
+        self._apply(reply)
+
+    def heartbeat(self):
+        reply = self.logic.nodes.heartbeat(self.id, {}, list(self.tasks.values()))
+        self._apply(reply)
+        return reply
+
+    def exit(self, key: TaskKey, code: int) -> None:
+        t = self.tasks[key]
+        self.tasks[key] = ObservedTask(key, TaskPhase.EXITED, code, placement=t.placement)
+
+    def running(self) -> list[TaskKey]:
+        return [k for k, t in self.tasks.items() if t.phase != TaskPhase.EXITED]
+
+    def _apply(self, reply) -> None:
+        self.seen.extend(reply.instructions)
+        for key in reply.forget:
+            self.tasks.pop(key, None)
+        for ins in reply.instructions:
+            if ins.kind == InstructionKind.LAUNCH and ins.key not in self.tasks:
+                self.tasks[ins.key] = ObservedTask(ins.key, TaskPhase.RUNNING, placement=ins.placement)
+            elif ins.kind == InstructionKind.STOP and ins.key in self.tasks:
+                self.exit(ins.key, -15)
+            elif ins.kind == InstructionKind.RESIZE and ins.key in self.tasks:
+                self.tasks[ins.key] = ObservedTask(ins.key, TaskPhase.RUNNING, placement=ins.placement)
+
+
+@pytest.fixture
+def logic() -> Logic:
+    config = DaemonConfig(
+        state_dir=Path("unused"), round_s=10, lease_grace_s=5, node_timeout_s=6, launch_timeout_s=20, stop_timeout_s=15
+    )
+    return Logic.build(DaemonContext(config, ManualClock(), MemoryStore(), ProfileBook({})))
+
+
+def clock(logic: Logic) -> ManualClock:
+    return logic.ctx.clock  # type: ignore[return-value]
+
+
+def round_(logic: Logic) -> None:
+    logic.rounds.apply(logic.rounds.plan())
+
+
+def submit(logic: Logic, name: str, gpus: int = 1, **kw) -> int:
+    return logic.jobs.submit(JobSpec(name=name, command=("train",), gpus=gpus, **kw)).id
+
+
+def state(logic: Logic, job_id: int) -> JobState:
+    return logic.jobs.get(job_id).state
+
+
+def test_ranks_of_a_multi_node_job_stop_at_one_agreed_step(logic: Logic) -> None:
+    a, b = SimNode(logic, "a", gpus=1), SimNode(logic, "b", gpus=1)
+    job = submit(logic, "wide", gpus=2)
+    round_(logic)
+    assert len(logic.jobs.get(job).placements) == 2
+    a.heartbeat(), b.heartbeat()
+    for rank in (0, 1):
+        logic.leases.register_process(job, job, 1, rank, 2)
+    logic.leases.renew(job, job, 1, 0, step=100, samples_per_s=10, steps_per_s=10)
+    logic.leases.renew(job, job, 1, 1, step=98, samples_per_s=10, steps_per_s=10)
+    with logic.ctx.lock:
+        j = logic.jobs.get(job)
+        logic.ctx.save_jobs([(j, logic.jobs.request_stop(j, "test"))])
+    first = logic.leases.renew(job, job, 1, 1, step=99, samples_per_s=10, steps_per_s=10)
+    second = logic.leases.renew(job, job, 1, 0, step=101, samples_per_s=10, steps_per_s=10)
+    assert first.action == second.action == LeaseAction.STOP
+    assert first.stop_at_step == second.stop_at_step > 101
+    # Both ranks exit after checkpointing: the job goes back to the queue, resuming from there.
+    logic.leases.report_checkpoint(job, job, 1, first.stop_at_step, "/ckpt/x")
+    a.exit(TaskKey(job, 1, 0), 75)
+    a.heartbeat()
+    assert state(logic, job) == JobState.RUNNING  # rank 1 still running
+    b.exit(TaskKey(job, 1, 1), 75)
+    b.heartbeat()
+    after = logic.jobs.get(job)
+    assert after.state == JobState.QUEUED and after.checkpoint_step == first.stop_at_step
+    assert [t.to_state for t in after.history[-2:]] == [JobState.PREEMPTED, JobState.QUEUED]
+
+
+def test_a_rank_that_stops_renewing_is_lost_and_requeued(logic: Logic) -> None:
+    node = SimNode(logic, "n")
+    job = submit(logic, "j")
+    round_(logic)
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    clock(logic).advance(4)
+    assert logic.leases.expire() == 0
+    clock(logic).advance(2)
+    assert logic.leases.expire() == 1
+    j = logic.jobs.get(job)
+    assert j.state == JobState.QUEUED and "lost: rank 0" in j.history[-2].reason
+    # The agent is told to stop the stale attempt; a renewal from it is told to terminate.
+    assert any(i.kind == InstructionKind.STOP for i in node.heartbeat().instructions)
+    assert logic.leases.renew(job, job, 1, 0, 5, 0, 0).action == LeaseAction.TERMINATE
+
+
+def test_a_launch_nobody_picks_up_times_out(logic: Logic) -> None:
+    job = submit(logic, "j")
+    SimNode(logic, "n")
+    round_(logic)
+    clock(logic).advance(21)
+    logic.leases.expire()
+    assert "did not register within 20 s" in logic.jobs.get(job).history[-2].reason
+
+
+def test_unchanged_allocation_keeps_the_attempt_and_a_new_job_waits_for_room(logic: Logic) -> None:
+    node = SimNode(logic, "n", gpus=2)
+    first = submit(logic, "first", gpus=2)
+    round_(logic)
+    node.heartbeat()
+    round_(logic)  # same decision again: no restart
+    assert logic.jobs.get(first).attempt == 1 and node.running() == [TaskKey(first, 1, 0)]
+    second = submit(logic, "second", gpus=2)
+    logic.rounds.set_policy("las", "")
+    logic.leases.register_process(first, first, 1, 0, 1)
+    with logic.ctx.lock:  # give `first` service so LAS prefers `second`
+        j = logic.jobs.get(first)
+        logic.ctx.save_jobs([(j, j.__class__(**{**j.__dict__, "attained_gpu_s": 100.0}))])
+    round_(logic)
+    assert state(logic, second) == JobState.RUNNING and logic.jobs.get(first).stopping
+    node.heartbeat()
+    assert TaskKey(second, 1, 0) not in node.tasks  # GPUs still held by `first`
+    node.exit(TaskKey(first, 1, 0), 75)
+    node.heartbeat()  # the exit is recorded ...
+    node.heartbeat()  # ... and the room it left is used
+    assert node.running() == [TaskKey(second, 1, 0)]
+    assert state(logic, first) == JobState.QUEUED
+
+
+def test_node_lost_requeues_its_jobs_and_comes_back(logic: Logic) -> None:
+    node = SimNode(logic, "n")
+    job = submit(logic, "j")
+    round_(logic)
+    node.heartbeat()
+    clock(logic).advance(7)
+    assert logic.nodes.check_liveness() == ["n"]
+    assert state(logic, job) == JobState.QUEUED
+    assert "node n lost" in logic.jobs.get(job).history[-2].reason
+    assert logic.nodes.list()[0].state == "lost"
+    round_(logic)  # nowhere to go
+    assert "no schedulable node" in logic.jobs.get(job).waiting_reason
+    reply = node.heartbeat()  # back: the stale task is stopped, the node is ready
+    assert reply.node.state == "ready"
+    assert [i.kind for i in reply.instructions] == [InstructionKind.STOP]
+
+
+def test_cordon_keeps_running_jobs_and_drain_moves_them(logic: Logic) -> None:
+    n1, n2 = SimNode(logic, "n1", gpus=1), SimNode(logic, "n2", gpus=1)
+    a = submit(logic, "a")
+    round_(logic)
+    home = logic.jobs.get(a).placements[0].server_id
+    other = "n2" if home == "n1" else "n1"
+    logic.nodes.cordon(home, "maintenance soon")
+    logic.nodes.cordon(other, "also")
+    b = submit(logic, "b")
+    round_(logic)
+    assert logic.jobs.get(a).attempt == 1 and not logic.jobs.get(a).stopping
+    assert state(logic, b) == JobState.QUEUED
+    logic.nodes.resume(other, "ok")
+    round_(logic)
+    assert logic.jobs.get(b).placements[0].server_id == other
+    for n in (n1, n2):
+        n.heartbeat()
+    view = logic.nodes.drain(home, "disk swap")
+    assert view.state == "draining"
+    assert "node %s is draining: disk swap" % home in logic.jobs.get(a).stop_reason
+
+
+def test_cancel_terminates_and_stops_the_task(logic: Logic) -> None:
+    node = SimNode(logic, "n")
+    job = submit(logic, "j")
+    round_(logic)
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    assert logic.jobs.cancel("j", "user asked").state == JobState.CANCELLED
+    assert logic.leases.renew(job, job, 1, 0, 1, 0, 0).action == LeaseAction.TERMINATE
+    assert [i.kind for i in node.heartbeat().instructions] == [InstructionKind.STOP]
+    with pytest.raises(FailedPrecondition):
+        logic.leases.register_process(job, job, 1, 0, 1)
+
+
+def test_exit_codes_decide_the_outcome(logic: Logic) -> None:
+    node = SimNode(logic, "n", gpus=2)
+    ok, bad, again = submit(logic, "ok"), submit(logic, "bad"), submit(logic, "again", gpus=0 + 1)
+    round_(logic)
+    node.heartbeat()
+    node.exit(TaskKey(ok, 1, 0), 0)
+    node.exit(TaskKey(bad, 1, 0), 3)
+    node.heartbeat()
+    assert state(logic, ok) == JobState.SUCCEEDED
+    failed = logic.jobs.get(bad)
+    assert failed.state == JobState.FAILED and "exited with code 3" in failed.reason and failed.exit_code == 3
+    round_(logic)
+    node.heartbeat()
+    node.exit(TaskKey(again, 1, 0), 75)  # "restart me": preempted, not failed
+    node.heartbeat()
+    assert state(logic, again) == JobState.QUEUED
+
+
+def test_a_token_acts_only_on_its_own_job(logic: Logic) -> None:
+    SimNode(logic, "n", gpus=2)
+    a, b = submit(logic, "a"), submit(logic, "b")
+    round_(logic)
+    with pytest.raises(PermissionDenied):
+        logic.leases.renew(a, b, 1, 0, 0, 0, 0)
+
+
+def test_in_place_resize_sends_resize_not_a_restart(logic: Logic) -> None:
+    node = SimNode(logic, "n", gpus=2, cpus=16)
+    job = submit(logic, "j")
+    round_(logic)
+    node.heartbeat()
+    with logic.ctx.lock:
+        j = logic.jobs.get(job)
+        from dataclasses import replace
+
+        p = replace(j.placements[0], cpus=j.placements[0].cpus / 2)
+        logic.ctx.save_jobs([(j, replace(j, placements=(p,)))])
+    kinds = [i.kind for i in node.heartbeat().instructions]
+    assert kinds == [InstructionKind.RESIZE] and logic.jobs.get(job).attempt == 1
+    assert node.heartbeat().instructions == []

@@ -1,0 +1,113 @@
+"""The SQLite store round-trips every record; settings come from flags over TOML over defaults."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from synergy.scheduler.daemon.config import ConfigError, load_config
+from synergy.scheduler.daemon.records import AdminState, JobRecord, JobSpec, JobState, NodeRecord, Transition
+from synergy.scheduler.daemon.store import MemoryStore, SqliteStore, open_store
+from synergy.scheduler.model import Placement, Resources
+
+
+def a_job(job_id: int = 1, name: str = "j") -> JobRecord:
+    spec = JobSpec(
+        name=name,
+        command=("python", "t.py"),
+        gpus=2,
+        env=(("A", "1"),),
+        model="resnet18",
+        profile={
+            "task": "image",
+            "cpus_per_gpu": [1, 2],
+            "mem_gb_per_gpu": [1, 2],
+            "throughput": [[1, 1], [1, 1]],
+            "reference": {"cpus_per_gpu": 1, "mem_gb_per_gpu": 1},
+            "iter_time_s": 0.1,
+        },
+    )
+    job = JobRecord(
+        job_id, spec, "secret", 10.0, JobState.SUBMITTED, (Transition(None, JobState.SUBMITTED, "submitted", 10.0),)
+    )
+    job = job.to(JobState.PROFILING, "p", 11).to(JobState.QUEUED, "q", 12)
+    return job.to(JobState.RUNNING, "r", 13, placements=(Placement("n1", 2, 6.5, 40.0),), attempt=1)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_store_round_trip(tmp_path: Path, backend: str) -> None:
+    store = MemoryStore() if backend == "memory" else open_store(tmp_path)
+    job = a_job()
+    node = NodeRecord(
+        "n1",
+        "host1",
+        Resources(8, 24, 500),
+        Resources(0, 2, 10),
+        AdminState.CORDONED,
+        "why",
+        ({"index": 0, "uuid": "GPU-0"},),
+        "v1",
+        5.0,
+    )
+    store.save_jobs([job, a_job(2, "k")])
+    store.save_nodes([node])
+    store.save_setting("policy", "las")
+    if backend == "sqlite":
+        store.close()
+        store = SqliteStore(tmp_path / "synergyd.sqlite")
+    assert store.job(1) == job and store.node("n1") == node and store.setting("policy") == "las"
+    assert [j.id for j in store.jobs_named("k")] == [2] and store.next_job_id() == 3
+    assert [j.id for j in store.active_jobs()] == [1, 2]
+    assert [j.id for j in store.running_on("n1")] == [1, 2] and store.running_on("n2") == []
+    store.save_progress([replace(job, steps_done=77, attained_gpu_s=9.5)])
+    if backend == "sqlite":  # progress rows survive a reopen, over the older body
+        store.close()
+        store = SqliteStore(tmp_path / "synergyd.sqlite")
+    assert (store.job(1).steps_done, store.job(1).attained_gpu_s) == (77, 9.5)
+    store.save_jobs([store.job(1).to(JobState.CANCELLED, "c", 14)])
+    assert [j.id for j in store.active_jobs()] == [2] and [j.id for j in store.running_on("n1")] == [2]
+    if backend == "sqlite":
+        store.close()
+        store = SqliteStore(tmp_path / "synergyd.sqlite")
+    assert store.job(1).state == JobState.CANCELLED and store.job(1).steps_done == 77
+    store.close()
+
+
+def test_illegal_transitions_raise() -> None:
+    with pytest.raises(ValueError, match="illegal transition"):
+        a_job().to(JobState.QUEUED, "skipping preempted", 20)
+
+
+def test_flags_win_over_toml_over_defaults(tmp_path: Path) -> None:
+    toml = tmp_path / "d.toml"
+    toml.write_text('round-s = 60\npolicy = "srtf"\nmax_job_gpus = 4\n')
+    c = load_config(["--config", str(toml), "--policy", "las", "--state-dir", str(tmp_path)])
+    assert (c.round_s, c.policy, c.max_job_gpus, c.mechanism) == (60, "las", 4, "tune")
+    assert c.renew_interval_s == 6 and c.plan_lead == 6
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--round-s", "0"], "--round-s"),
+        (["--policy", "nope"], "--policy"),
+        (["--tls-cert", "/no/such"], "--tls-cert and --tls-key"),
+        (["--plan-lead-s", "400"], "--plan-lead-s"),
+        (["--port", "70000"], "--port"),
+    ],
+)
+def test_bad_settings_name_the_flag(argv: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=message.replace("-", r"\-")):
+        load_config([*argv, "--state-dir", str(tmp_path)])
+
+
+def test_bad_toml_names_the_key(tmp_path: Path) -> None:
+    toml = tmp_path / "d.toml"
+    toml.write_text("rounds = 3\n")
+    with pytest.raises(ConfigError, match="unknown key 'rounds'"):
+        load_config(["--config", str(toml)])
+    toml.write_text('round_s = "fast"\n')
+    with pytest.raises(ConfigError, match="wrong type"):
+        load_config(["--config", str(toml)])
