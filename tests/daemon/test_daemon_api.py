@@ -200,7 +200,8 @@ def test_oversized_message_is_refused_and_the_daemon_stays_up(daemon: DaemonProc
     assert daemon.alive() and admin.jobs() is not None
 
 
-def test_unknown_duplicate_and_unhostable_jobs(admin: Admin, node, daemon: DaemonProcess) -> None:
+def test_unknown_duplicate_and_unhostable_jobs(admin: Admin, node, daemon: DaemonProcess, start_agent) -> None:
+    start_agent(daemon, "small-node", gpus=4)  # the largest node this test knows of
     assert code_of(admin.stub.DescribeJob, admin_pb2.DescribeJobRequest(job="424242"), metadata=admin.md)[0] == (
         grpc.StatusCode.NOT_FOUND
     )

@@ -213,6 +213,9 @@ def launched(fuzz: Fuzz) -> node_pb2.TaskSpec:
     auth = md(fuzz.tokens["cluster"])
     big = common_pb2.Resources(gpus=16, cpus=64, mem_gb=1024)
     stub.RegisterNode(node_pb2.RegisterNodeRequest(node_id="fz-big", capacity=big), metadata=auth, timeout=5)
+    # One job of our own, so this fixture does not depend on which tests ran before it.
+    spec = admin_pb2.JobSpec(name="fz-anchor", command=["python", "train.py"], gpus=1)
+    assert fuzz.submit(admin_pb2.SubmitJobRequest(spec=spec)) == grpc.StatusCode.OK
 
     def a_launch() -> node_pb2.TaskSpec | None:
         reply = stub.Heartbeat(node_pb2.HeartbeatRequest(node_id="fz-big"), metadata=auth, timeout=5)
