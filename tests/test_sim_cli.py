@@ -57,6 +57,7 @@ def test_bad_trace_rows(trace_file, body: str, needles: list[str]) -> None:
     (["--split", "20,70"], "--split"),
     (["--split", "50,50,50"], "--split"),
     (["--servers", "0"], "--servers"),
+    (["--opt-placement-limit", "-1"], "--opt-placement-limit"),
     (["--trace", "/nonexistent/t.csv"], "cannot read"),
     (["--trace", "/nonexistent/t.csv", "--load", "3"], "--load"),
     (["--profiles", "/nonexistent/p.json"], "--profiles"),
@@ -73,10 +74,11 @@ def test_help_explains_every_flag() -> None:
     for flag in ("--servers", "--gpus-per-server", "--cpus-per-server", "--mem-per-server", "--policy",
                  "--mechanism", "--load", "--jobs", "--multi-gpu", "--static", "--split", "--seed",
                  "--round-s", "--measure", "--profiles", "--trace", "--record-trace", "--json",
-                 "--utilisation-csv", "--max-time-h"):
+                 "--utilisation-csv", "--max-time-h", "--opt-placement-limit"):
         assert flag in out.stdout
     for sub in ("compare", "sweep"):
-        assert sim(sub, "--help").returncode == 0
+        sub_help = sim(sub, "--help")
+        assert sub_help.returncode == 0 and "--opt-placement-limit" in sub_help.stdout
 
 
 def test_json_run_record_and_replay_round_trip(tmp_path: Path) -> None:
@@ -87,7 +89,7 @@ def test_json_run_record_and_replay_round_trip(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     a = json.loads(first.stdout)
     for key in ("avg_jct_h", "median_jct_h", "p95_jct_h", "p99_jct_h", "makespan_h", "avg_queue_delay_h",
-                "gpu_util", "cpu_util", "mem_util", "jobs_measured", "rounds", "wall_s"):
+                "gpu_util", "cpu_util", "mem_util", "cpu_used", "mem_used", "jobs_measured", "rounds", "wall_s"):
         assert key in a
     second = sim("--servers", "2", "--trace", str(trace), "--json")
     assert second.returncode == 0, second.stderr
@@ -97,6 +99,8 @@ def test_json_run_record_and_replay_round_trip(tmp_path: Path) -> None:
     with open(util) as fh:
         rows = list(csv.DictReader(fh))
     assert rows and all(0.0 <= float(r["gpu_frac"]) <= 1.0 for r in rows)
+    for res in ("cpu", "mem"):
+        assert all(0.0 <= float(r[f"{res}_used_frac"]) <= float(r[f"{res}_frac"]) + 1e-6 for r in rows)
 
 
 def test_compare_tune_is_no_worse_than_proportional() -> None:
@@ -117,6 +121,7 @@ def test_sweep_writes_csv_and_plots(tmp_path: Path) -> None:
     with open(out_dir / "sweep.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * 2 * 2
+    assert all(0.0 <= float(r["cpu_used"]) <= float(r["cpu_util"]) + 1e-6 for r in rows)
     assert {(r["load"], r["mechanism"], r["seed"]) for r in rows} == {
         (load, m, s) for load in ("0.5", "1.0") for m in ("proportional", "tune") for s in ("0", "1")}
     for png in ("avg_jct_vs_load.png", "jct_cdf.png"):

@@ -14,9 +14,9 @@ from synergy.scheduler.model import Cluster, Job
 from synergy.scheduler.profiles import zoo
 from synergy.scheduler.profiles.format import SensitivityProfile
 from synergy.scheduler.registry import POLICIES, build_scheduler
-from synergy.scheduler.simulator.engine import EngineConfig, Simulation
+from synergy.scheduler.simulator.engine import USAGE_CAPACITY, EngineConfig, Simulation
 from synergy.scheduler.simulator.errors import SimInputError
-from synergy.scheduler.simulator.experiment import RunSpec, prepare, simulate, zoo_profiles
+from synergy.scheduler.simulator.experiment import RunSpec, build, prepare, simulate, zoo_profiles
 from synergy.scheduler.simulator.metrics import average_utilisation, summarise
 from synergy.scheduler.simulator.trace import read_trace, write_trace
 from synergy.scheduler.simulator.workload import (
@@ -134,6 +134,15 @@ def test_memoisation_with_opt_never_changes_the_answer() -> None:
     assert fast.result.decisions < slow.result.decisions
 
 
+def test_opt_placement_limit_reaches_the_mechanism() -> None:
+    spec = RunSpec(**SMALL, mechanism="opt")
+    assert build(spec).mechanism.placement_limit == 0.0  # the simulator's default
+    assert build(replace(spec, opt_placement_limit=0.05)).mechanism.placement_limit == 0.05
+    assert build(replace(spec, mechanism="tune", opt_placement_limit=0.05)) == build_scheduler("fifo", "tune")
+    with pytest.raises(SimInputError, match="--opt-placement-limit"):
+        prepare(replace(spec, opt_placement_limit=-1.0))
+
+
 def test_same_seed_same_results_other_seed_other_results() -> None:
     spec = RunSpec(**SMALL, jobs=200, load=1.5, seed=7)
     a, b = simulate(prepare(spec)), simulate(prepare(spec))
@@ -153,6 +162,9 @@ def test_static_trace_runs_every_job_to_completion() -> None:
     assert m["stopped"] == "completed" and m["jobs_measured"] == 60 and m["jobs_unfinished"] == 0
     last = max(r.completion_s for r in report.result.records.values())
     assert m["makespan_h"] == pytest.approx(last / 3600)
+    # Completions give back exactly what was taken: the step function ends at zero.
+    assert report.result.timeline[-1][0] == pytest.approx(last)
+    assert report.result.timeline[-1][1:] == pytest.approx((0.0,) * 5, abs=1e-6)
 
 
 def test_tune_beats_proportional_on_a_loaded_cluster() -> None:
@@ -166,10 +178,27 @@ def test_tune_beats_proportional_on_a_loaded_cluster() -> None:
 def test_utilisation_is_a_fraction_and_proportional_fills_cpu_like_gpu() -> None:
     report = simulate(prepare(RunSpec(**SMALL, jobs=200, load=1.5, mechanism="proportional")))
     res = report.result
-    g, c, m = average_utilisation(res, 0.0, res.end_s)
+    g, c, m, c_used, m_used = average_utilisation(res, 0.0, res.end_s)
     assert 0.0 < g <= 1.0 and c == pytest.approx(g) and m == pytest.approx(g)
+    # 70% language models saturate far below the proportional share: much of it sits idle.
+    assert 0.0 < c_used < 0.8 * c and 0.0 < m_used < 0.8 * m
+    capacity = [res.capacity[i] for i in USAGE_CAPACITY]
     for _, *vals in res.timeline:
-        assert all(-1e-6 <= v / cap <= 1 + 1e-6 for v, cap in zip(vals, res.capacity))
+        assert all(-1e-6 <= v / cap <= 1 + 1e-6 for v, cap in zip(vals, capacity))
+        assert vals[3] <= vals[1] + 1e-6 and vals[4] <= vals[2] + 1e-6  # used <= allocated
+
+
+def test_used_is_the_allocation_capped_at_saturation() -> None:
+    """A job saturating at 1 CPU and 10 GB per GPU, given the proportional 3 CPUs and 62.5 GB,
+    holds all of it and uses a third of the CPUs and 10 of the 62.5 GB."""
+    one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
+    job = Job(0, "flat", 1, arrival_s=0.0, iterations=10_000.0, profile=flat())
+    assert job.profile.best_case() == (1.0, 10.0)
+    res = run_jobs([job], one_gpu, mechanism="proportional")
+    assert res.timeline[1:] == [(0.0, 1.0, 3.0, 62.5, 1.0, 10.0), (pytest.approx(1000.0), 0.0, 0.0, 0.0, 0.0, 0.0)]
+    m = summarise(res, frozenset({0}))
+    assert (m["gpu_util"], m["cpu_util"], m["mem_util"]) == pytest.approx((1.0, 1.0, 1.0))
+    assert (m["cpu_used"], m["mem_used"]) == pytest.approx((1 / 3, 10 / 62.5))
 
 
 # -- workloads ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.simulator.experiment import (
     DEFAULT_JOBS,
     DEFAULT_MAX_TIME_H,
+    DEFAULT_OPT_PLACEMENT_LIMIT,
     DEFAULT_STATIC_JOBS,
     RunSpec,
     check_names,
@@ -40,12 +41,16 @@ _EPILOG = f"""\
 workload: without --trace a Philly-derived trace is generated (Synergy §5.1): Poisson
 arrivals at --load jobs/hour; each job's duration at its GPU-proportional allocation is
 10^x minutes, x~U(1.5,3) w.p. 0.8 else U(3,4); its iterations are that duration times its
-proportional speed on the simulated cluster. --multi-gpu draws GPU demands with weights
+speed at the profile's reference allocation (the zoo's: 3 CPUs and 62.5 GB per GPU, the
+paper's servers), so on servers with more CPUs per GPU the same work runs faster.
+--multi-gpu draws GPU demands with weights
 {', '.join(f'{g}:{w:g}' for g, w in GPU_DEMAND_WEIGHTS)} (sizes above the cluster are dropped).
 trace files (--trace/--record-trace) are CSV with the header {','.join(COLUMNS)}.
 metrics cover the measured jobs: JCT = completion - arrival; makespan = last measured
-completion - first measured arrival; utilisation = time-averaged allocated fraction of
-each resource over that same span. Times are in hours.
+completion - first measured arrival; over that same span, gpu/cpu/mem_util = time-averaged
+fraction of each resource allocated to jobs, cpu/mem_used = fraction they can consume (each
+job's allocation capped at its saturating demand: profile best case per GPU x its GPUs).
+Times are in hours.
 exit status: 0 ok, 2 bad input (one line on stderr: "{PROG}: error: ...").
 """
 
@@ -83,6 +88,10 @@ def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) ->
                             "(default proportional,greedy,tune)")
     g.add_argument("--round-s", type=float, default=DEFAULT_ROUND_S,
                    help=f"scheduling round length in seconds (default {DEFAULT_ROUND_S:g})")
+    g.add_argument("--opt-placement-limit", type=float, default=DEFAULT_OPT_PLACEMENT_LIMIT, metavar="SECONDS",
+                   help="opt only: CP-SAT time (deterministic solver seconds) for its placement program "
+                        f"each round (default {DEFAULT_OPT_PLACEMENT_LIMIT:g}: keep the best of the greedy/repair "
+                        "placements and TUNE's allocation; the ideal and its upper bound do not depend on it)")
     g.add_argument("--max-time-h", type=float, default=DEFAULT_MAX_TIME_H,
                    help="safety stop: end the run at this simulated time and report unfinished "
                         f"jobs (default {DEFAULT_MAX_TIME_H:g} h)")
@@ -125,9 +134,10 @@ def _run_parser() -> _Parser:
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true",
                    help="print one JSON object: avg/median/p95/p99_jct_h, makespan_h, avg_queue_delay_h, "
-                        "gpu/cpu/mem_util, jobs_measured, jobs_unfinished, rounds, decisions, wall_s, ...")
+                        "gpu/cpu/mem_util, cpu/mem_used, jobs_measured, jobs_unfinished, rounds, decisions, "
+                        "wall_s, ...")
     o.add_argument("--utilisation-csv", default=None, metavar="FILE",
-                   help="write allocated GPU/CPU/memory fractions over time to this CSV")
+                   help="write allocated GPU/CPU/memory and used CPU/memory fractions over time to this CSV")
     return p
 
 
@@ -190,6 +200,7 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         profiles=args.profiles,
         trace=trace,
         max_time_h=args.max_time_h,
+        opt_placement_limit=args.opt_placement_limit,
     )
 
 

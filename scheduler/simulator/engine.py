@@ -10,6 +10,12 @@ Progress is kept as (rate, t0, done0): the work done at time t is done0 + rate *
 re-based only when the job's rate changes. The answer therefore does not depend on how
 many boundaries the loop visits, which is what makes skipping idle boundaries exact.
 
+What running jobs hold is one step function (`SimResult.timeline`): per resource what is
+*allocated*, and for CPU and memory also what is *used*, min(allocated, what the job can
+consume), the latter being its saturating demand (`profile.best_case()`, no floor) per GPU
+times its GPUs. A job's share is computed once per allocation change and the totals are
+updated incrementally, so utilisation costs nothing per skipped round.
+
 Memoisation (on by default, `memoise=False` turns it off for checking): the core is not
 called when its answer is provably the one it gave last time. That holds when
   * the mechanism's allocations depend only on the policy's ordered list of jobs and on
@@ -46,6 +52,14 @@ _OPT_MODULE = "synergy.scheduler.mechanisms.opt"
 #: Policies whose order depends only on fields that never change while a job is active.
 STATIC_ORDER_POLICIES: tuple[type, ...] = (Fifo, Drf)
 
+#: Columns of a `SimResult.timeline` row after its time: allocated GPUs, CPUs and GB, then
+#: the CPUs and GB the running jobs can actually use (their allocation capped at saturation).
+USAGE_COLUMNS: tuple[str, ...] = ("gpu", "cpu", "mem", "cpu_used", "mem_used")
+#: For each usage column, the index in `SimResult.capacity` it is a fraction of.
+USAGE_CAPACITY: tuple[int, ...] = (0, 1, 2, 1, 2)
+Usage = tuple[float, float, float, float, float]
+_NO_USAGE: Usage = (0.0, 0.0, 0.0, 0.0, 0.0)
+
 DEFAULT_ROUND_S = 300.0
 #: Safety stop: two simulated years, far beyond any sensible experiment.
 DEFAULT_MAX_TIME_S = 2 * 365 * 24 * 3600.0
@@ -78,8 +92,8 @@ class JobRecord:
 class SimResult:
     records: dict[int, JobRecord]
     capacity: tuple[float, float, float]
-    #: Step function of allocated (gpus, cpus, mem_gb): each row holds until the next.
-    timeline: list[tuple[float, float, float, float]]
+    #: Step function (time, *Usage) in USAGE_COLUMNS order: each row holds until the next.
+    timeline: list[tuple[float, ...]]
     end_s: float
     #: Round boundaries passed with jobs in the system, and how many called the core.
     rounds: int
@@ -102,7 +116,7 @@ class _Running:
         self.att0 = job.attained_gpu_s
         self.finish = math.inf
         self.k_done = math.inf
-        self.held = (0.0, 0.0, 0.0)
+        self.held: Usage = _NO_USAGE
         self.alloc: Allocation | None = None
 
     def rebase(self, t: float) -> None:
@@ -149,7 +163,7 @@ class Simulation:
 
         active: dict[int, Job] = {}
         running: dict[int, _Running] = {}
-        timeline: list[tuple[float, float, float, float]] = [(0.0, 0.0, 0.0, 0.0)]
+        timeline: list[tuple[float, ...]] = [(0.0, *_NO_USAGE)]
         version = 0  # bumps whenever the active set changes
         last_version, last_order = -1, None
         previous: dict[int, Allocation] = {}
@@ -216,7 +230,7 @@ class Simulation:
             done = [r for r in running.values() if r.k_done <= k_next]
             if done:
                 done.sort(key=lambda r: (r.finish, r.job.id))
-                g, c, m = timeline[-1][1:]
+                g, c, m, cu, mu = timeline[-1][1:]
                 for r in done:
                     job = r.job
                     job.done_iterations = job.iterations
@@ -224,8 +238,9 @@ class Simulation:
                     self.records[job.id].completion_s = r.finish
                     del running[job.id]
                     del active[job.id]
-                    g, c, m = g - r.held[0], c - r.held[1], m - r.held[2]
-                    timeline.append((r.finish, g, c, m))
+                    h = r.held
+                    g, c, m, cu, mu = g - h[0], c - h[1], m - h[2], cu - h[3], mu - h[4]
+                    timeline.append((r.finish, g, c, m, cu, mu))
                     end_s = max(end_s, r.finish)
                     if job.id in stop_ids:
                         left -= 1
@@ -259,13 +274,13 @@ class Simulation:
         return self.scheduler.schedule(inp)
 
     def _apply(self, out: RoundOutput, t: float, active: dict[int, Job],
-               running: dict[int, _Running], timeline: list[tuple[float, float, float, float]]) -> None:
+               running: dict[int, _Running], timeline: list[tuple[float, ...]]) -> None:
         allocs = out.allocations
         for jid in [jid for jid in running if jid not in allocs]:
             r = running.pop(jid)  # preempted: progress stops here
             r.rebase(t)
             r.materialise(t)
-        g = c = m = 0.0
+        g = c = m = cu = mu = 0.0
         for jid, alloc in allocs.items():
             r = running.get(jid)
             if r is None:
@@ -276,7 +291,7 @@ class Simulation:
                     rec.first_start_s = t
             if alloc != r.alloc:  # an unchanged allocation keeps its rate and progress line
                 r.alloc = alloc
-                r.held = _totals(alloc)
+                r.held = _usage(r.job, alloc)
                 rate = iterations_per_s(r.job, speed(r.job, alloc))
                 if rate != r.rate:
                     r.rebase(t)
@@ -290,8 +305,10 @@ class Simulation:
             g += held[0]
             c += held[1]
             m += held[2]
-        if (g, c, m) != timeline[-1][1:]:
-            timeline.append((t, g, c, m))
+            cu += held[3]
+            mu += held[4]
+        if (g, c, m, cu, mu) != timeline[-1][1:]:
+            timeline.append((t, g, c, m, cu, mu))
 
 
 def _order_only(mechanism: object) -> bool:
@@ -301,10 +318,17 @@ def _order_only(mechanism: object) -> bool:
     return opt is not None and isinstance(mechanism, opt.Opt)
 
 
-def _totals(alloc: Allocation) -> tuple[float, float, float]:
+def _usage(job: Job, alloc: Allocation) -> Usage:
+    """What `alloc` holds, and how much of its CPU and memory the job can consume.
+
+    A job never uses more than its saturating demand: past `best_case()` (no floor: the
+    smallest cell within 1% of saturation) extra CPUs and memory buy it nothing. GPUs are
+    always fully used by the job holding them, so they have no separate "used" column.
+    """
     g = c = m = 0.0
     for p in alloc.placements:
         g += p.gpus
         c += p.cpus
         m += p.mem_gb
-    return g, c, m
+    c_sat, m_sat = job.profile.best_case()
+    return g, c, m, min(c, c_sat * g), min(m, m_sat * g)

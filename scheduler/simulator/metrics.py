@@ -1,9 +1,15 @@
 """What a run is judged by (§5.1 "Policies and metrics"), computed from its records.
 
 Dynamic traces are judged on a window of jobs in steady state (the paper's 1000 jobs
-4000:5000); static traces on all jobs, by makespan. Utilisation is the time-averaged
-*allocated* fraction of each resource over the same window: from the first measured
-arrival to the last measured completion.
+4000:5000); static traces on all jobs, by makespan. Utilisation is time-averaged over the
+same window, from the first measured arrival to the last measured completion, in two
+senses:
+  * allocated (`gpu_util`, `cpu_util`, `mem_util`): the fraction of the cluster's GPUs,
+    CPUs and memory that running jobs hold;
+  * used (`cpu_used`, `mem_used`): the fraction they can consume, each job's allocation
+    capped at its saturating demand. This is what Fig. 10b plots: GPU-proportional
+    allocation hands out every CPU on a full cluster, but a language model leaves most of
+    its share idle.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from synergy.scheduler.simulator.engine import SimResult
+from synergy.scheduler.simulator.engine import USAGE_CAPACITY, SimResult
 from synergy.scheduler.simulator.errors import SimInputError
 
 HOUR = 3600.0
@@ -53,6 +59,8 @@ def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
         "gpu_util": util[0],
         "cpu_util": util[1],
         "mem_util": util[2],
+        "cpu_used": util[3],
+        "mem_used": util[4],
         "jobs_measured": len(done),
         "jobs_unfinished": len(recs) - len(done),
         "rounds": result.rounds,
@@ -62,32 +70,44 @@ def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
     }
 
 
-def average_utilisation(result: SimResult, start: float, end: float) -> tuple[float, float, float]:
-    """Time-average of the allocated fraction (step function `result.timeline`) on [start, end]."""
-    cap = result.capacity
+def _capacities(result: SimResult) -> list[float]:
+    """The capacity each timeline column is a fraction of, in USAGE_COLUMNS order."""
+    return [result.capacity[i] for i in USAGE_CAPACITY]
+
+
+def average_utilisation(result: SimResult, start: float, end: float) -> tuple[float, ...]:
+    """Time-averaged fractions on [start, end] of the step function `result.timeline`:
+    (gpu, cpu, mem allocated, cpu used, mem used), the USAGE_COLUMNS order."""
+    cap = _capacities(result)
+    n = len(cap)
     if end <= start:
-        return (0.0, 0.0, 0.0)
-    acc = [0.0, 0.0, 0.0]
+        return (0.0,) * n
+    acc = [0.0] * n
     rows = result.timeline
     for i, (t, *vals) in enumerate(rows):
         t_next = rows[i + 1][0] if i + 1 < len(rows) else max(end, t)
         lo, hi = max(t, start), min(t_next, end)
         if hi > lo:
-            for d in range(3):
+            for d in range(n):
                 acc[d] += vals[d] * (hi - lo)
     span = end - start
-    return tuple(acc[d] / span / cap[d] if cap[d] else 0.0 for d in range(3))  # type: ignore[return-value]
+    return tuple(acc[d] / span / cap[d] if cap[d] else 0.0 for d in range(n))
+
+
+#: `--utilisation-csv` columns after the time: allocated fractions, then used fractions.
+UTILISATION_CSV_COLUMNS = ("gpu_frac", "cpu_frac", "mem_frac", "cpu_used_frac", "mem_used_frac")
 
 
 def write_utilisation_csv(path: str | Path, result: SimResult) -> None:
-    """GPU/CPU/memory allocated fraction over time; each row holds until the next one."""
-    cap = result.capacity
+    """Allocated GPU/CPU/memory and used CPU/memory fractions over time; each row holds until
+    the next one."""
+    cap = _capacities(result)
     try:
         with open(path, "w", newline="") as fh:
             w = csv.writer(fh, lineterminator="\n")
-            w.writerow(("time_s", "time_h", "gpu_frac", "cpu_frac", "mem_frac"))
-            for t, g, c, m in result.timeline:
+            w.writerow(("time_s", "time_h", *UTILISATION_CSV_COLUMNS))
+            for t, *vals in result.timeline:
                 w.writerow((f"{t:.3f}", f"{t / HOUR:.6f}",
-                            *(f"{max(0.0, v) / k:.6f}" if k else "0" for v, k in zip((g, c, m), cap))))
+                            *(f"{max(0.0, v) / k:.6f}" if k else "0" for v, k in zip(vals, cap))))
     except OSError as exc:
         raise SimInputError(f"--utilisation-csv {path}: cannot write ({exc.strerror})") from None

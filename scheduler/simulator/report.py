@@ -12,6 +12,9 @@ from synergy.scheduler.simulator.experiment import Prepared, RunReport
 #: (metric key, column title) of the JCT statistics compared across mechanisms.
 JCT_STATS = (("avg_jct_h", "avg JCT"), ("median_jct_h", "median JCT"), ("p95_jct_h", "p95 JCT"),
              ("p99_jct_h", "p99 JCT"))
+#: (metric key, row title) of the time-averaged utilisation: allocated, then used (Fig. 10b).
+UTILISATION = (("gpu_util", "GPU allocated"), ("cpu_util", "CPU allocated"), ("mem_util", "MEM allocated"),
+               ("cpu_used", "CPU used"), ("mem_used", "MEM used"))
 
 
 def describe(prep: Prepared) -> str:
@@ -49,8 +52,8 @@ def print_run(prep: Prepared, report: RunReport, console: Console | None = None)
         t.add_row(f"{title} (h)", fmt_h(m[key]))
     t.add_row("makespan (h)", fmt_h(m["makespan_h"]))
     t.add_row("avg queueing delay (h)", fmt_h(m["avg_queue_delay_h"]))
-    for res in ("gpu", "cpu", "mem"):
-        t.add_row(f"{res.upper()} allocated", fmt_frac(m[f"{res}_util"]))
+    for key, title in UTILISATION:
+        t.add_row(title, fmt_frac(m[key]))
     t.add_row("jobs measured", str(m["jobs_measured"]))
     if m["jobs_unfinished"]:
         t.add_row("measured jobs unfinished", str(m["jobs_unfinished"]))
@@ -74,8 +77,8 @@ def comparison_table(rows: Sequence[Mapping[str, Any]], baseline: Mapping[str, A
         t.add_row(f"{name} (h)", *cells)
     t.add_row("makespan (h)", *(fmt_h(m["makespan_h"]) for m in rows))
     t.add_row("avg queueing delay (h)", *(fmt_h(m["avg_queue_delay_h"]) for m in rows))
-    for res in ("gpu", "cpu", "mem"):
-        t.add_row(f"{res.upper()} allocated", *(fmt_frac(m[f"{res}_util"]) for m in rows))
+    for key, title in UTILISATION:
+        t.add_row(title, *(fmt_frac(m[key]) for m in rows))
     t.add_row("jobs measured", *(str(m["jobs_measured"]) for m in rows))
     t.add_row("wall time (s)", *(f"{m['wall_s']:.1f}" for m in rows))
     return t

@@ -26,8 +26,8 @@ from synergy.scheduler.simulator.report import fmt_h, warn_unfinished
 
 CSV_COLUMNS = (
     "load", "mechanism", "seed", "policy", "avg_jct_h", "median_jct_h", "p95_jct_h", "p99_jct_h",
-    "makespan_h", "avg_queue_delay_h", "gpu_util", "cpu_util", "mem_util", "jobs_measured",
-    "jobs_unfinished", "stopped", "rounds", "decisions", "wall_s",
+    "makespan_h", "avg_queue_delay_h", "gpu_util", "cpu_util", "mem_util", "cpu_used", "mem_used",
+    "jobs_measured", "jobs_unfinished", "stopped", "rounds", "decisions", "wall_s",
 )
 
 Task = tuple[RunSpec, ProfileSet, float, str, int]
