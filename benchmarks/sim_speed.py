@@ -18,9 +18,8 @@ from dataclasses import dataclass, field, replace
 
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.model import RoundInput, RoundOutput
-from synergy.scheduler.registry import build_scheduler
 from synergy.scheduler.simulator.engine import EngineConfig, Simulation
-from synergy.scheduler.simulator.experiment import RunSpec, prepare
+from synergy.scheduler.simulator.experiment import RunSpec, build, prepare
 from synergy.scheduler.simulator.metrics import summarise
 
 FIG9 = RunSpec(policy="fifo", mechanism="tune", servers=16, gpus_per_server=8, cpus_per_server=24,
@@ -52,7 +51,7 @@ def main() -> None:
     t0 = time.perf_counter()
     prep = prepare(spec)
     t_prep = time.perf_counter() - t0
-    base = build_scheduler(spec.policy, spec.mechanism)
+    base = build(spec)  # the simulator's own construction (OPT's placement budget included)
     sched = TimedScheduler(base.policy, base.mechanism)
     sim = Simulation(sched, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles),
                      EngineConfig(spec.round_s, spec.max_time_h * 3600, prep.measured))

@@ -6,13 +6,17 @@ they do.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import ClassVar, Protocol, Sequence
 
 from synergy.scheduler.model import Job, RoundInput, RoundOutput
 
 
 class Mechanism(Protocol):
     name: str
+    #: True when the allocation is a function of the ordered jobs' fixed fields (id, GPUs,
+    #: profile) and the cluster alone, never of progress, time or `previous`: a shell may
+    #: then reuse last round's answer for the same ordered jobs.
+    order_only: ClassVar[bool]
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
         ...

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.model import Job, RoundInput, RoundOutput
 from synergy.scheduler.placement.fit import place
@@ -20,6 +20,7 @@ class Greedy:
     """
 
     name: str = "greedy"
+    order_only: ClassVar[bool] = True
     scorer: Scorer = field(default=first_fit)
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:

@@ -61,7 +61,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence, TypeVar
+from typing import Callable, ClassVar, Hashable, Sequence, TypeVar
 
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
@@ -174,6 +174,8 @@ class Opt:
     """
 
     name: str = "opt"
+    #: Its memo is keyed on exactly the ordered jobs' fixed fields and the cluster.
+    order_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
     #: CP-SAT deterministic time limits (solver "seconds", reproducible). Program 1 is
     #: solved to optimality well within its limit at 128 GPUs. Program 2 (bin packing)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.mechanisms.base import pack_order, runnable_by_gpu
 from synergy.scheduler.model import Job, RoundInput, RoundOutput
@@ -20,6 +20,7 @@ class Proportional:
     """
 
     name: str = "proportional"
+    order_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:

@@ -14,7 +14,7 @@ Every job therefore ends with at least its GPU-proportional throughput.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.mechanisms.base import pack_order, runnable_by_gpu
 from synergy.scheduler.mechanisms.leftover import redistribute
@@ -28,6 +28,7 @@ from synergy.scheduler.throughput import best_case_per_gpu, proportional_per_gpu
 @dataclass(frozen=True)
 class Tune:
     name: str = "tune"
+    order_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
     #: After packing, give CPU and memory nobody demanded to co-located jobs that benefit
     #: (§5.3.2; see mechanisms/leftover.py). False gives §4.2's packing alone.

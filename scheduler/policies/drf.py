@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.model import Cluster, Job
 from synergy.scheduler.throughput import best_case_per_gpu
@@ -17,6 +17,7 @@ class Drf:
     """
 
     name: str = "drf"
+    static_order: ClassVar[bool] = True
 
     def order(self, jobs: Sequence[Job], now_s: float, cluster: Cluster) -> list[Job]:
         total = cluster.total

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.model import Cluster, Job
 
@@ -11,6 +11,7 @@ class Fifo:
     """First in, first out: arrival time, then job id."""
 
     name: str = "fifo"
+    static_order: ClassVar[bool] = True
 
     def order(self, jobs: Sequence[Job], now_s: float, cluster: Cluster) -> list[Job]:
         return sorted(jobs, key=lambda j: (j.arrival_s, j.id))

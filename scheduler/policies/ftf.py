@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.model import Cluster, Job
 from synergy.scheduler.throughput import iterations_per_s, proportional_speed
@@ -17,6 +17,7 @@ class Ftf:
     """
 
     name: str = "ftf"
+    static_order: ClassVar[bool] = False
 
     def order(self, jobs: Sequence[Job], now_s: float, cluster: Cluster) -> list[Job]:
         def rho(j: Job) -> float:

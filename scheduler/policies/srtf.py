@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.model import Cluster, Job
 from synergy.scheduler.throughput import proportional_remaining_s
@@ -13,6 +13,7 @@ class Srtf:
     order does not depend on the allocation the mechanism is about to choose."""
 
     name: str = "srtf"
+    static_order: ClassVar[bool] = False
 
     def order(self, jobs: Sequence[Job], now_s: float, cluster: Cluster) -> list[Job]:
         return sorted(jobs, key=lambda j: (proportional_remaining_s(j, cluster), j.arrival_s, j.id))

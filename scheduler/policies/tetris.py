@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from synergy.scheduler.model import Cluster, Job
 from synergy.scheduler.throughput import best_case_per_gpu, proportional_remaining_s
@@ -18,6 +18,7 @@ class Tetris:
     """
 
     name: str = "tetris"
+    static_order: ClassVar[bool] = False
     weight: float = 0.5
 
     def order(self, jobs: Sequence[Job], now_s: float, cluster: Cluster) -> list[Job]:

@@ -20,9 +20,10 @@ Memoisation (on by default, `memoise=False` turns it off for checking): the core
 called when its answer is provably the one it gave last time. That holds when
   * the mechanism's allocations depend only on the policy's ordered list of jobs and on
     the jobs' static fields (id, GPUs, profile), never on progress, time or `previous`
-    (ORDER_ONLY_MECHANISMS, checked against their code), and
-  * the policy returns the same order: for STATIC_ORDER_POLICIES that is whenever the set
-    of active jobs is unchanged; for other policies the order is computed and compared.
+    (mechanisms that declare `order_only`), and
+  * the policy returns the same order: for policies that declare `static_order` that is
+    whenever the set of active jobs is unchanged; for others the order is computed and
+    compared.
 With a static-order policy the loop then jumps straight to the next boundary at which an
 arrival or a completion changes the set, so a stretch of identical rounds costs O(1).
 tests/test_simulator.py runs every policy and mechanism with and without memoisation and
@@ -31,26 +32,12 @@ requires identical results.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from synergy.scheduler.core import Scheduler
-from synergy.scheduler.mechanisms.greedy import Greedy
-from synergy.scheduler.mechanisms.proportional import Proportional
-from synergy.scheduler.mechanisms.tune import Tune
 from synergy.scheduler.model import Allocation, Cluster, Job, RoundInput, RoundOutput
-from synergy.scheduler.policies.drf import Drf
-from synergy.scheduler.policies.fifo import Fifo
 from synergy.scheduler.throughput import iterations_per_s, speed
-
-#: Mechanisms whose allocations are a function of (ordered jobs' id/gpus/profile, cluster).
-ORDER_ONLY_MECHANISMS: tuple[type, ...] = (Proportional, Greedy, Tune)
-#: Synergy-OPT qualifies too (its own memo is keyed on exactly that input); it is matched by
-#: module so that the engine does not import OR-Tools for runs that do not use it.
-_OPT_MODULE = "synergy.scheduler.mechanisms.opt"
-#: Policies whose order depends only on fields that never change while a job is active.
-STATIC_ORDER_POLICIES: tuple[type, ...] = (Fifo, Drf)
 
 #: Columns of a `SimResult.timeline` row after its time: allocated GPUs, CPUs and GB, then
 #: the CPUs and GB the running jobs can actually use (their allocation capped at saturation).
@@ -144,8 +131,9 @@ class Simulation:
         self.records = {j.id: JobRecord(j.id, j.model, j.gpus, j.arrival_s) for j in jobs}
         total = cluster.total
         self.capacity = (float(total.gpus), float(total.cpus), float(total.mem_gb))
-        self.order_only = _order_only(scheduler.mechanism)
-        self.static_order = isinstance(scheduler.policy, STATIC_ORDER_POLICIES)
+        # Plug-ins opt in to memoisation by declaring it (see the module docstring).
+        self.order_only = bool(getattr(scheduler.mechanism, "order_only", False))
+        self.static_order = bool(getattr(scheduler.policy, "static_order", False))
         #: Neither plug-in reads done_iterations/attained_gpu_s, so with memoisation on they
         #: are not written into the Jobs before each call (they are at every completion).
         self.progress_blind = config.memoise and self.order_only and self.static_order
@@ -309,13 +297,6 @@ class Simulation:
             mu += held[4]
         if (g, c, m, cu, mu) != timeline[-1][1:]:
             timeline.append((t, g, c, m, cu, mu))
-
-
-def _order_only(mechanism: object) -> bool:
-    if isinstance(mechanism, ORDER_ONLY_MECHANISMS):
-        return True
-    opt = sys.modules.get(_OPT_MODULE)
-    return opt is not None and isinstance(mechanism, opt.Opt)
 
 
 def _usage(job: Job, alloc: Allocation) -> Usage:
