@@ -51,9 +51,11 @@ def main() -> None:
             if mech == "opt" and gpus > OPT_MAX_GPUS:
                 print(f"{gpus:>6} {len(jobs):>6} {mech:>13} {'skipped (offline upper bound)':>20}")
                 continue
-            sched = build_scheduler("fifo", mech)
             times = []
             for r in range(args.repeat):
+                # A fresh scheduler per round: OPT memoises decisions per instance, and a
+                # repeated input would otherwise time a memo hit, not a decision.
+                sched = build_scheduler("fifo", mech)
                 inp = RoundInput(float(r), cluster, jobs)
                 t0 = time.perf_counter()
                 sched.schedule(inp)

@@ -47,7 +47,8 @@ def pack_demands(
     Synergy-OPT places its ideal (program 1) allocations with it: the result is its warm
     start, and its answer whenever it already is optimal for the placement program.
     """
-    return _TuneRound(inp, scorer).pack(runnable, demand, {})
+    rnd = _TuneRound(inp, scorer)
+    return rnd.output(rnd.pack(runnable, demand, {}))
 
 
 class _TuneRound:
@@ -72,18 +73,21 @@ class _TuneRound:
             if key not in by_profile:
                 by_profile[key] = best_case_per_gpu(j, self.cluster)
             demand[j.id] = by_profile[key]
-        out = self.pack(runnable, demand, waiting)
+        waiting = self.pack(runnable, demand, waiting)
         if redistribute_leftover:
             redistribute(self.state, {j.id: j for j in runnable})
-            out = RoundOutput(self.state.allocations(), out.waiting, out.reverted)
-        return out
+        return self.output(waiting)
 
     def pack(
         self, runnable: Sequence[Job], demand: dict[int, tuple[float, float]], waiting: dict[int, str]
-    ) -> RoundOutput:
+    ) -> dict[int, str]:
+        """Place every runnable job (steps 1 and 2(a) as needed); returns who still waits."""
         for job in pack_order(runnable, demand):
             if not self._place(job, *demand[job.id]):
                 waiting[job.id] = f"no placement for {job.gpus} GPUs even at the proportional share"
+        return waiting
+
+    def output(self, waiting: dict[int, str]) -> RoundOutput:
         return RoundOutput(self.state.allocations(), waiting, frozenset(self.reverted))
 
     # -- the three steps -------------------------------------------------------------------
