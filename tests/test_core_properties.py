@@ -52,7 +52,7 @@ def scenarios(draw) -> tuple[Cluster, list[Job]]:
     return cluster, jobs
 
 
-MECHANISMS = [Proportional(), Greedy(), Tune(), Tune(redistribute=False)]
+MECHANISMS = [Proportional(), Greedy(), Tune(), Tune(redistribute=False), Tune(avoid_stranding=False)]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

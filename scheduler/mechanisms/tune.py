@@ -20,7 +20,7 @@ from synergy.scheduler.mechanisms.base import pack_order, runnable_by_gpu
 from synergy.scheduler.mechanisms.leftover import redistribute
 from synergy.scheduler.model import EPS, Job, Placement, RoundInput, RoundOutput
 from synergy.scheduler.placement.fit import place
-from synergy.scheduler.placement.scorers import Scorer, best_fit
+from synergy.scheduler.placement.scorers import Scorer, avoid_stranding, best_fit
 from synergy.scheduler.state import ClusterState
 from synergy.scheduler.throughput import best_case_per_gpu, proportional_per_gpu
 
@@ -33,9 +33,12 @@ class Tune:
     #: After packing, give CPU and memory nobody demanded to co-located jobs that benefit
     #: (§5.3.2; see mechanisms/leftover.py). False gives §4.2's packing alone.
     redistribute: bool = True
+    #: Score last the servers a placement would leave with GPUs but not enough CPU or
+    #: memory for the round's smallest demand (placement/scorers.py: avoid_stranding).
+    avoid_stranding: bool = True
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
-        return _TuneRound(inp, self.scorer).run(ordered, self.redistribute)
+        return _TuneRound(inp, self.scorer).run(ordered, self.redistribute, self.avoid_stranding)
 
 
 def pack_demands(
@@ -63,7 +66,8 @@ class _TuneRound:
         self.gpus: dict[int, int] = {}
         self.reverted: set[int] = set()
 
-    def run(self, ordered: Sequence[Job], redistribute_leftover: bool = True) -> RoundOutput:
+    def run(self, ordered: Sequence[Job], redistribute_leftover: bool = True,
+            stranding_aware: bool = True) -> RoundOutput:
         runnable, waiting = runnable_by_gpu(ordered, self.state.free_gpus)
         # Demand depends only on the profile and the cluster: compute it once per model.
         by_profile: dict[int, tuple[float, float]] = {}
@@ -73,6 +77,9 @@ class _TuneRound:
             if key not in by_profile:
                 by_profile[key] = best_case_per_gpu(j, self.cluster)
             demand[j.id] = by_profile[key]
+        if stranding_aware and by_profile:
+            smallest = (min(c for c, _ in by_profile.values()), min(m for _, m in by_profile.values()))
+            self.scorer = avoid_stranding(self.scorer, *smallest)
         waiting = self.pack(runnable, demand, waiting)
         if redistribute_leftover:
             redistribute(self.state, {j.id: j for j in runnable})

@@ -40,4 +40,24 @@ def alignment(state: ClusterState, i: int, g: float, c: float, m: float) -> tupl
     return (-dot, i)
 
 
+def avoid_stranding(base: Scorer, cpus_per_gpu: float, mem_per_gpu: float) -> Scorer:
+    """`base`, except that servers this placement would leave with free GPUs but too little
+    CPU or memory to run even the least demanding job of the round (`cpus_per_gpu`,
+    `mem_per_gpu` per GPU) come last.
+
+    Plain best fit on GPUs stacks CPU-hungry jobs together: two 12-CPU jobs fill a 24-CPU
+    server's cores and strand its six other GPUs, which TUNE then has to win back by
+    reverting them to proportional. Keeping every server able to host the smallest demand is
+    the "minimising fragmentation" of §4.2 along all three dimensions.
+    """
+
+    def score(state: ClusterState, i: int, g: float, c: float, m: float) -> tuple:
+        left_g = state.free_g[i] - g
+        short_c = cpus_per_gpu * left_g - (state.free_c[i] - c)
+        short_m = mem_per_gpu * left_g - (state.free_m[i] - m)
+        return (short_c > 1e-9 or short_m > 1e-9, *base(state, i, g, c, m))
+
+    return score
+
+
 SCORERS: dict[str, Scorer] = {"best_fit": best_fit, "first_fit": first_fit, "alignment": alignment}
