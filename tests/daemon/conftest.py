@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from daemon_harness import DaemonProcess, FakeAgent
+from synergyd_harness import DaemonProcess, FakeAgent
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon_harness import Admin, DaemonProcess, channel, md, wait_for
+from synergyd_harness import Admin, DaemonProcess, channel, md, wait_for
 from synergy.v1 import admin_pb2, common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 
 DELIBERATE = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon_harness import history, wait_for
+from synergyd_harness import history, wait_for
 
 
 def test_job_runs_to_success_and_keeps_its_history(start_daemon, start_agent) -> None:

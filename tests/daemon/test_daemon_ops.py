@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon_harness import history, wait_for
+from synergyd_harness import history, wait_for
 from synergy.v1 import admin_pb2, common_pb2
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon_harness import free_port, history, wait_for
+from synergyd_harness import free_port, history, wait_for
 
 
 def test_kill9_and_restart_loses_nothing_and_schedules_nothing_twice(start_daemon, start_agent, tmp_path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from daemon_harness import md
+from synergyd_harness import md
 from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
