@@ -114,7 +114,7 @@ class Instruction(_message.Message):
     def __init__(self, kind: _Optional[_Union[InstructionKind, str]] = ..., ref: _Optional[_Union[TaskRef, _Mapping]] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., stop_grace_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RegisterNodeRequest(_message.Message):
-    __slots__ = ("node_id", "hostname", "capacity", "reserved", "gpus", "tasks", "agent_version")
+    __slots__ = ("node_id", "hostname", "capacity", "reserved", "gpus", "tasks", "agent_version", "instance_id")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class RegisterNodeRequest(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     capacity: _common_pb2.Resources
@@ -129,7 +130,8 @@ class RegisterNodeRequest(_message.Message):
     gpus: _containers.RepeatedCompositeFieldContainer[_common_pb2.GpuInfo]
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
     agent_version: str
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class RegisterNodeResponse(_message.Message):
     __slots__ = ("heartbeat_interval_s", "state", "state_reason", "instructions", "daemon_version")
@@ -146,14 +148,16 @@ class RegisterNodeResponse(_message.Message):
     def __init__(self, heartbeat_interval_s: _Optional[float] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[Instruction, _Mapping]]] = ..., daemon_version: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "telemetry", "tasks")
+    __slots__ = ("node_id", "telemetry", "tasks", "instance_id")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TELEMETRY_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     telemetry: _common_pb2.NodeTelemetry
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
-    def __init__(self, node_id: _Optional[str] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
+    instance_id: str
+    def __init__(self, node_id: _Optional[str] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., instance_id: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("heartbeat_interval_s", "instructions", "forget", "state", "state_reason")
