@@ -59,13 +59,13 @@ def test_pages_are_stable_in_id_order_and_bounded(start_daemon) -> None:
     admin.close()
 
 
-@pytest.mark.parametrize("token", ["garbage", "YWZ0ZXI6eA", "x" * 500, "\u00e9"])
-def test_bad_page_token_is_invalid_argument(start_daemon, token: str) -> None:
+def test_bad_page_token_is_invalid_argument(start_daemon) -> None:
     daemon = start_daemon()
     admin = daemon.admin()
-    with pytest.raises(grpc.RpcError) as err:
-        admin.ListJobs(admin_pb2.ListJobsRequest(page_token=token))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details().startswith("page_token: ")
+    for token in ("garbage", "YWZ0ZXI6eA", "x" * 500, "\u00e9"):
+        with pytest.raises(grpc.RpcError) as err:
+            admin.ListJobs(admin_pb2.ListJobsRequest(page_token=token))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, token
+        assert err.value.details().startswith("page_token: ")
     assert daemon.alive()
     admin.close()
