@@ -63,6 +63,13 @@ def from_rpc_error(err: grpc.RpcError, address: str, timeout_s: float) -> CliErr
     return CliError(f"synergyd failed ({code.name}): {details or 'no detail'}")
 
 
+def transport_failure(err: grpc.RpcError) -> bool:
+    """The call failed in gRPC's client (no connection, a failed handshake), not in synergyd."""
+    if not isinstance(err, grpc.Call) or err.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    return _from_transport(one_line(err.details() or ""))
+
+
 #: Words of gRPC's own (client-side) UNAVAILABLE details: no connection, or a lost one.
 _TRANSPORT_WORDS = ("connect", "socket", "dns", "resolv", "lookup", "unreachable", "closed", "reset",
                     "goaway", "handshake", "ssl", "tls", "end of tcp", "broken pipe", "io error")

@@ -11,6 +11,7 @@ import secrets
 from dataclasses import replace
 from typing import Iterable, Sequence
 
+from synergy.scheduler.daemon import validation
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import AlreadyExists, FailedPrecondition, NotFound
 from synergy.scheduler.daemon.logs import event
@@ -46,11 +47,13 @@ class JobBook:
             raise NotFound(f"job {job_id} does not exist")
         return job
 
-    def find(self, ref: str) -> JobRecord:
-        """A job by id ("17") or name (the most recent job of that name)."""
+    def find(self, ref: int | str) -> JobRecord:
+        """A job by id (17, or "17": ASCII digits only) or name (the most recent job of that name)."""
+        if isinstance(ref, str):
+            ref = validation.job_ref(ref)
         with self.ctx.lock:
-            if ref.isdigit():
-                return self.get(int(ref))
+            if isinstance(ref, int):
+                return self.get(ref)
             named = self.ctx.store.jobs_named(ref)
             if not named:
                 raise NotFound(f"no job named {ref!r}")
@@ -112,7 +115,7 @@ class JobBook:
             event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source)
             return job
 
-    def cancel(self, ref: str, reason: str) -> JobRecord:
+    def cancel(self, ref: int | str, reason: str) -> JobRecord:
         ctx = self.ctx
         with ctx.lock:
             job = self.find(ref)

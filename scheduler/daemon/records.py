@@ -11,7 +11,10 @@ import enum
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
+from synergy.scheduler.jobspec import JobSpec
 from synergy.scheduler.model import Placement, Resources
+
+__all__ = ["AdminState", "JobRecord", "JobSpec", "JobState", "NodeRecord", "Transition"]
 
 
 class JobState(str, enum.Enum):
@@ -49,28 +52,6 @@ class AdminState(str, enum.Enum):
     READY = "ready"
     CORDONED = "cordoned"
     DRAINING = "draining"
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """The user's request, as validated at submit (field meanings: protos/synergy/v1/admin.proto)."""
-
-    name: str
-    command: tuple[str, ...]
-    gpus: int
-    working_dir: str = ""
-    env: tuple[tuple[str, str], ...] = ()
-    cpus_hint: float = 0.0
-    mem_gb_hint: float = 0.0
-    model: str = ""
-    task: str = ""
-    checkpoint_dir: str = ""
-    priority: int = 0
-    iterations: int = 0
-    min_gpus: int = 0
-    max_gpus: int = 0
-    #: A profile supplied with the job, in the JSON profile format's per-model form.
-    profile: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

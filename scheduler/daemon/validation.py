@@ -12,34 +12,20 @@ import re
 from typing import Iterable
 
 from synergy.scheduler.daemon.errors import InvalidArgument
-from synergy.scheduler.daemon.records import JobSpec
+from synergy.scheduler.jobspec import JobSpec, SpecError, parse_job_ref, rules
 from synergy.scheduler.model import Placement, Resources
-from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
+from synergy.scheduler.profiles.format import ProfileError, SensitivityProfile
 
-NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,62}")
 NODE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
-MAX_ARGS = 256
-MAX_ARG_CHARS = 4096
-MAX_ENV = 256
-MAX_ENV_VALUE_CHARS = 16384
-MAX_PATH_CHARS = 4096
+#: Job-spec limits live with the spec's rules (shared with the CLI); re-exported for the
+#: other requests that carry a path or a profile.
+MAX_PATH_CHARS = rules.MAX_PATH_CHARS
+MAX_SPEC_BYTES = rules.MAX_SPEC_BYTES
 MAX_TEXT_CHARS = 1024
-MAX_SPEC_BYTES = 256 * 1024
 MAX_TASKS_PER_NODE = 1024
 MAX_GPUS_PER_NODE = 1024
 #: Steps, attempts and ranks above this are not plausible (and would not survive JSON).
 MAX_COUNTER = 2**53
-
-
-def job_name(value: str, field: str = "spec.name") -> str:
-    if not value:
-        raise InvalidArgument(field, "must not be empty")
-    if not NAME_RE.fullmatch(value):
-        raise InvalidArgument(
-            field, f"{_show(value)} must start with a letter and hold at most 63 letters, digits, '.', '_' or '-'"
-        )
-    return value
 
 
 def node_id(value: str, field: str = "node_id") -> str:
@@ -56,56 +42,32 @@ def text(value: str, field: str, limit: int = MAX_TEXT_CHARS) -> str:
     return value
 
 
-def job_ref(value: str, field: str = "job") -> str:
-    if not value:
-        raise InvalidArgument(field, "must name a job (its id or its name)")
-    return text(value, field, 128)
+def job_ref(value: str, field: str = "job") -> int | str:
+    """A job id (ASCII digits only: '²' or '１２' are not ids) or a job name (rules.parse_job_ref)."""
+    try:
+        return parse_job_ref(value, field)
+    except SpecError as exc:
+        raise InvalidArgument(exc.field, exc.problem) from None
 
 
 def job_spec(spec: JobSpec, max_job_gpus: int, encoded_bytes: int = 0) -> JobSpec:
-    """Raise InvalidArgument for the first bad field of `spec`; return it unchanged otherwise."""
-    if encoded_bytes > MAX_SPEC_BYTES:
-        raise InvalidArgument("spec", f"is {encoded_bytes} bytes, at most {MAX_SPEC_BYTES} allowed")
-    job_name(spec.name)
-    if not spec.command:
-        raise InvalidArgument("spec.command", "must not be empty (give the program and its arguments)")
-    if len(spec.command) > MAX_ARGS:
-        raise InvalidArgument("spec.command", f"has {len(spec.command)} arguments, at most {MAX_ARGS} allowed")
-    if not spec.command[0].strip():
-        raise InvalidArgument("spec.command[0]", "the program must not be blank")
-    for i, arg in enumerate(spec.command):
-        text(arg, f"spec.command[{i}]", MAX_ARG_CHARS)
-        _no_nul(arg, f"spec.command[{i}]")
-    if spec.gpus <= 0:
-        raise InvalidArgument("spec.gpus", f"must be at least 1, got {spec.gpus}")
-    if spec.gpus > max_job_gpus:
-        raise InvalidArgument("spec.gpus", f"{spec.gpus} is above this cluster's maximum job size ({max_job_gpus})")
-    for field, value in (("spec.cpus_hint", spec.cpus_hint), ("spec.mem_gb_hint", spec.mem_gb_hint)):
-        _non_negative(value, field)
-    if spec.iterations < 0:
-        raise InvalidArgument("spec.iterations", f"must not be negative, got {spec.iterations}")
-    if spec.min_gpus != 0 or spec.max_gpus != 0:
+    """Raise InvalidArgument for the first bad field of `spec` (the rules the CLI runs too);
+    return it unchanged otherwise."""
+    if spec.elastic:
         field = "spec.min_gpus" if spec.min_gpus != 0 else "spec.max_gpus"
         raise InvalidArgument(field, "elastic jobs are reserved for a later release; leave it unset")
-    text(spec.working_dir, "spec.working_dir", MAX_PATH_CHARS)
-    _no_nul(spec.working_dir, "spec.working_dir")
-    text(spec.checkpoint_dir, "spec.checkpoint_dir", MAX_PATH_CHARS)
-    _no_nul(spec.checkpoint_dir, "spec.checkpoint_dir")
-    text(spec.model, "spec.model", 128)
-    if spec.task and spec.task not in TASKS:
-        raise InvalidArgument("spec.task", f"{_show(spec.task)} is not one of {', '.join(TASKS)}")
-    if len(spec.env) > MAX_ENV:
-        raise InvalidArgument("spec.env", f"has {len(spec.env)} variables, at most {MAX_ENV} allowed")
-    for key, value in spec.env:
-        if not ENV_NAME_RE.fullmatch(key):
-            raise InvalidArgument("spec.env", f"{_show(key)} is not a valid variable name")
-        if key.startswith("SYNERGY_"):
-            raise InvalidArgument(f"spec.env[{key}]", "SYNERGY_* variables are set by the agent")
-        text(value, f"spec.env[{key}]", MAX_ENV_VALUE_CHARS)
-        _no_nul(value, f"spec.env[{key}]")
-    if spec.profile is not None:
-        profile(spec.profile, spec.model or spec.name, "spec.profile")
-    return spec
+    try:
+        return rules.validate(spec, max_job_gpus, encoded_bytes)
+    except SpecError as exc:
+        raise InvalidArgument(exc.field, exc.problem) from None
+
+
+def os_path(value: str, field: str) -> str:
+    """A path that reaches the OS on a node (a checkpoint path): bounded, no NUL."""
+    try:
+        return rules.path(value, field)
+    except SpecError as exc:
+        raise InvalidArgument(exc.field, exc.problem) from None
 
 
 def profile(doc: object, model: str, field: str) -> SensitivityProfile:
@@ -154,11 +116,6 @@ def count(items: Iterable[object], field: str, limit: int) -> None:
 def _non_negative(value: float, field: str) -> None:
     if not math.isfinite(value) or value < 0:
         raise InvalidArgument(field, f"must be a finite number >= 0, got {value}")
-
-
-def _no_nul(value: str, field: str) -> None:
-    if "\x00" in value:
-        raise InvalidArgument(field, "must not contain NUL characters")
 
 
 def _show(value: str) -> str:

@@ -17,7 +17,7 @@ from typing import Mapping
 
 from synergy.scheduler.profiles.format import SensitivityProfile
 from synergy.scheduler.simulator.errors import SimInputError
-from synergy.scheduler.simulator.workload import JobSpec, Workload
+from synergy.scheduler.simulator.workload import TraceJob, Workload
 
 COLUMNS = ("job_id", "model", "arrival_s", "iterations", "gpus")
 
@@ -58,7 +58,7 @@ def read_trace(
             f"--trace {path}: header must name the columns {','.join(COLUMNS)}, got {','.join(header)}"
         )
     col = {name: header.index(name) for name in COLUMNS}
-    specs: list[JobSpec] = []
+    specs: list[TraceJob] = []
     seen: dict[int, int] = {}
     row = 0
     for line_no, fields in enumerate(reader, start=2):
@@ -88,7 +88,7 @@ def read_trace(
             raise SimInputError(
                 f"{where}: field 'gpus' asks for {gpus} GPUs but the cluster has {cluster_gpus}"
             )
-        specs.append(JobSpec(job_id, model, arrival, iterations, gpus))
+        specs.append(TraceJob(job_id, model, arrival, iterations, gpus))
     if not specs:
         raise SimInputError(f"--trace {path}: no jobs after the header")
     specs.sort(key=lambda s: (s.arrival_s, s.job_id))

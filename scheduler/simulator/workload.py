@@ -38,8 +38,14 @@ DEFAULT_SPLIT: tuple[int, int, int] = (20, 70, 10)
 
 
 @dataclass(frozen=True)
-class JobSpec:
-    """One row of a trace: what a job is, independent of how it will be scheduled."""
+class TraceJob:
+    """One row of a trace: when a job arrives and how much work it is.
+
+    Not a job spec: what a user submits is `synergy.scheduler.jobspec.JobSpec` (the CLI's
+    and the daemon's). A trace row keeps only what the scheduling core reads of it (model,
+    GPUs) plus the simulator's own facts: an id, an arrival time, and fractional
+    iterations (a duration times a rate, kept exact so a recorded trace replays bit for bit).
+    """
 
     job_id: int
     model: str
@@ -50,7 +56,7 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class Workload:
-    jobs: tuple[JobSpec, ...]
+    jobs: tuple[TraceJob, ...]
     #: All jobs arrive at t=0: the run is judged by makespan over every job.
     static: bool = False
 
@@ -159,7 +165,7 @@ def generate(
     duration_s = 60.0 * np.power(10.0, np.where(long, x_long, x_short))
     models = assign_models(task_sequence(n, params.split), models_by_task)
 
-    specs: list[JobSpec] = []
+    specs: list[TraceJob] = []
     for i in range(n):
         model = models[i]
         if model not in profiles:
@@ -167,7 +173,7 @@ def generate(
         g = int(gpus[i]) if params.multi_gpu else 1
         probe = Job(i, model, g, 0.0, 1.0, profiles[model])
         rate = iterations_per_s(probe, profiles[model].speed(*profiles[model].reference))
-        specs.append(JobSpec(
+        specs.append(TraceJob(
             job_id=i,
             model=model,
             arrival_s=0.0 if params.static else float(arrivals[i]),

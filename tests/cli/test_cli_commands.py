@@ -112,9 +112,9 @@ def test_bad_spec_fails_before_dialing(cli, tmp_path: Path) -> None:
     spec.write_text("name: bad\ncommand: [python, t.py]\ngpus: 0\n")
     run = cli("submit", str(spec))
     assert run.code == 2 and run.out == ""
-    assert one_line(run.err) == f"synergy: error: {spec}: field 'gpus' must be a positive integer"
+    assert one_line(run.err) == f"synergy: error: {spec}: spec.gpus: must be at least 1, got 0"
     run = cli("submit", "--name", "x", "--gpus", "-1", "--command", "t")
-    assert run.code == 2 and "--gpus must be a positive integer" in one_line(run.err)
+    assert run.code == 2 and "spec.gpus (--gpus): must be at least 1, got -1" in one_line(run.err)
 
 
 # -- nodes, status, policy -------------------------------------------------------------------------
@@ -205,7 +205,7 @@ def test_bad_spec_through_the_entry_point(tmp_path: Path) -> None:
     spec.write_text("name: x\ncommand: python t.py\ngpus: two\n")
     run = _synergy("submit", str(spec), env={"SYNERGY_ADDRESS": f"127.0.0.1:{_closed_port()}"})
     assert run.returncode == 2 and run.stdout == ""
-    assert one_line(run.stderr).startswith(f"synergy: error: {spec}: field 'gpus' must be a positive integer")
+    assert one_line(run.stderr) == f"synergy: error: {spec}: spec.gpus: must be an integer, got a string 'two'"
 
 
 def test_help_explains_every_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from synergy.scheduler.cli.spec import SpecError, load_spec, parse_spec
+from synergy.scheduler.cli.spec import SpecError, load_spec, parse_spec, spec_document
 from synergy.scheduler.profiles.format import dump_profiles
 from synergy.scheduler.profiles.zoo import default_profiles
 
@@ -42,12 +42,12 @@ elastic: {min_gpus: 1, max_gpus: 4}
 """)
     spec = load_spec(path)
     assert spec.command == ("python", "train.py", "--epochs", "90", "--lr", "0.1")
-    assert spec.gpus == 2 and spec.cpus == 6.0 and spec.memory_gb == 120.5
+    assert spec.gpus == 2 and spec.cpus_hint == 6.0 and spec.mem_gb_hint == 120.5
     assert spec.checkpoint_dir == "/shared/r18/ckpt"
-    assert spec.env == {"A": "1", "B": "2"}
-    assert spec.profile == ZOO["gnmt"]
-    assert spec.elastic is not None and (spec.elastic.min_gpus, spec.elastic.max_gpus) == (1, 4)
-    assert json.loads(json.dumps(spec.to_dict()))["name"] == "r18"
+    assert spec.env == (("A", "1"), ("B", "2"))
+    assert spec.profile == ZOO["gnmt"].to_dict()
+    assert (spec.min_gpus, spec.max_gpus) == (1, 4)
+    assert json.loads(json.dumps(spec_document(spec)))["elastic"] == {"min_gpus": 1, "max_gpus": 4}
 
 
 def test_command_string_is_split_never_shelled(tmp_path: Path) -> None:
@@ -66,38 +66,41 @@ def test_relative_working_dir_is_taken_from_base_dir(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("body, message", [
-    ("gpus: 0", "field 'gpus' must be a positive integer"),
-    ("gpus: -2", "field 'gpus' must be a positive integer"),
-    ("gpus: 1.5", "field 'gpus' must be a positive integer, got a number 1.5"),
-    ("gpus: true", "field 'gpus' must be a positive integer, got a boolean"),
-    ("gpus: '2'", "field 'gpus' must be a positive integer, got a string"),
-    ("gpus: 99999999999", "field 'gpus' must be at most"),
-    ("name: 1abc", "field 'name' must be 1-63 letters"),
-    ("name: [a]", "field 'name' must be a string, got a list"),
-    ("command: []", "field 'command' must not be empty"),
-    ("command: ''", "field 'command' must not be empty"),
-    ("command: {a: 1}", "field 'command' must be a list of arguments or a string, got a mapping"),
-    ("command: [python, null]", "field 'command' item 1 must be a string, got null"),
-    ("command: \"python 'x\"", "field 'command' cannot be split into arguments"),
-    ("cpus: 0", "field 'cpus' must be a positive number"),
-    ("cpus: .nan", "field 'cpus' must be a positive number"),
-    ("memory_gb: lots", "field 'memory_gb' must be a positive number, got a string"),
-    ("task: vision", "field 'task' must be one of image, language, speech"),
-    ("model: 'res net'", "field 'model' must be a model name"),
-    ("profile: missing.json", "field 'profile' is not a usable profile file"),
-    ("iterations: -1", "field 'iterations' must be at least 0"),
-    ("priority: 5000", "field 'priority' must be at most 1000"),
-    ("env: [A]", "field 'env' must be a mapping of NAME: value, got a list"),
-    ("env: {1A: x}", "field 'env' has an invalid variable name '1A'"),
-    ("env: {DEBUG: yes}", "field 'env.DEBUG' must be a string, got a boolean (quote values"),
-    ("env: {SYNERGY_JOB_TOKEN: x}", "field 'env.SYNERGY_JOB_TOKEN' is reserved"),
-    ("elastic: 4", "field 'elastic' must be a mapping with min_gpus and max_gpus"),
-    ("elastic: {min_gpus: 1}", "field 'elastic.max_gpus' is required"),
-    ("elastic: {min_gpus: 4, max_gpus: 2}", "field 'elastic.min_gpus' (4) must not exceed max_gpus (2)"),
-    ("elastic: {min_gpus: 4, max_gpus: 8}", "field 'elastic' range 4..8 must contain gpus (2)"),
+    ("gpus: 0", "spec.gpus: must be at least 1, got 0"),
+    ("gpus: -2", "spec.gpus: must be at least 1, got -2"),
+    ("gpus: 1.5", "spec.gpus: must be an integer, got a number 1.5"),
+    ("gpus: true", "spec.gpus: must be an integer, got a boolean"),
+    ("gpus: '2'", "spec.gpus: must be an integer, got a string"),
+    ("gpus: 99999999999", "spec.gpus: must be at most 2147483647"),
+    ("name: 1abc", "spec.name: '1abc' must start with a letter"),
+    ("name: [a]", "spec.name: must be a string, got a list"),
+    ("command: []", "spec.command: must not be empty"),
+    ("command: ''", "spec.command: must not be empty"),
+    ("command: {a: 1}", "spec.command: must be a list of arguments or a string, got a mapping"),
+    ("command: [python, null]", "spec.command: item 1 must be a string, got null"),
+    ("command: \"python 'x\"", "spec.command: cannot be split into arguments"),
+    ("command: [python, '']", "spec.command[1]: must not be empty"),
+    ("cpus: .nan", "spec.cpus_hint (cpus): must be a finite number from 0"),
+    ("memory_gb: lots", "spec.mem_gb_hint (memory_gb): must be a number, got a string"),
+    ("task: vision", "spec.task: must be one of image, language, speech"),
+    ("model: 'res net'", "spec.model: 'res net' must be a model name"),
+    ("profile: missing.json", "spec.profile: is not a usable profile file"),
+    ("iterations: -1", "spec.iterations: must be at least 0, got -1"),
+    ("priority: 5000", "spec.priority: must be at most 1000, got 5000"),
+    ("env: [A]", "spec.env: must be a mapping of NAME: value, got a list"),
+    ("env: {1A: x}", "spec.env: '1A' is not a valid variable name"),
+    ("env: {DEBUG: yes}", "spec.env[DEBUG]: must be a string, got a boolean (quote values"),
+    ("env: {SYNERGY_JOB_TOKEN: x}", "spec.env[SYNERGY_JOB_TOKEN]: is reserved"),
+    ("elastic: 4", "spec.elastic: must be a mapping with min_gpus and max_gpus"),
+    ("elastic: {min_gpus: 1}", "spec.max_gpus (elastic.max_gpus): is required"),
+    ("elastic: {min_gpus: 4, max_gpus: 2}", "spec.max_gpus (elastic.max_gpus): must be at least min_gpus (4), got 2"),
+    ("elastic: {min_gpus: 4, max_gpus: 8}", "spec.gpus: must lie in the elastic range 4..8, got 2"),
     ("elastic: {min_gpus: 1, max_gpus: 4, step: 1}", "unknown field 'elastic.step'"),
     ("gpu: 2", "unknown field 'gpu' (did you mean 'gpus'?)"),
     ("gpus: 2\ngpus: 3", "duplicate field 'gpus' at line"),
+    ("working_dir: \"/a\\0b\"", "spec.working_dir: must not contain NUL characters"),
+    ("priority: -1001", "spec.priority: must be at least -1000, got -1001"),
+    ("iterations: 1000000000001", "spec.iterations: must be at most 1000000000000"),
 ])
 def test_each_bad_field_is_named_in_one_line(tmp_path: Path, body: str, message: str) -> None:
     base = {"name": "name: ok", "command": "command: [python, t.py]", "gpus": "gpus: 2"}
@@ -128,7 +131,7 @@ def test_missing_required_fields(tmp_path: Path) -> None:
     for missing in ("name", "command", "gpus"):
         doc = {"name": "a", "command": ["x"], "gpus": 1}
         del doc[missing]
-        with pytest.raises(SpecError, match=f"field '{missing}' is required"):
+        with pytest.raises(SpecError, match=f"spec.{missing}: is required"):
             parse_spec(doc, origin="x")
 
 
@@ -144,8 +147,8 @@ def test_overrides_win_and_env_merges(tmp_path: Path) -> None:
     spec = load_spec(path, overrides={"gpus": 4, "env": {"B": "3", "C": "4"}},
                      labels={"gpus": "--gpus"})
     assert spec.gpus == 4
-    assert spec.env == {"A": "1", "B": "3", "C": "4"}
-    with pytest.raises(SpecError, match=r": --gpus must be a positive integer$"):
+    assert spec.env_dict == {"A": "1", "B": "3", "C": "4"}
+    with pytest.raises(SpecError, match=r": spec.gpus \(--gpus\): must be at least 1, got 0$"):
         load_spec(path, overrides={"gpus": 0}, labels={"gpus": "--gpus"})
 
 
@@ -157,7 +160,7 @@ def test_profile_file_needs_a_matching_model(tmp_path: Path) -> None:
         parse_spec(doc, origin="x")
     with pytest.raises(SpecError, match="has no model 'resnet18'"):
         parse_spec({**doc, "model": "resnet18"}, origin="x")
-    assert parse_spec({**doc, "model": "alexnet"}, origin="x").profile == ZOO["alexnet"]
+    assert parse_spec({**doc, "model": "alexnet"}, origin="x").profile == ZOO["alexnet"].to_dict()
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
@@ -190,13 +193,13 @@ def test_flags_override_and_merge_into_the_file(tmp_path: Path, capsys: pytest.C
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--name", "a", "--gpus", "0", "--command", "x"], "command line: --gpus must be a positive integer"),
+    (["--name", "a", "--gpus", "0", "--command", "x"], "command line: spec.gpus (--gpus): must be at least 1, got 0"),
     (["--name", "a", "--gpus", "1"], "submit needs a spec file or at least --command"),
     (["--name", "a", "--gpus", "1", "--env", "NOEQUALS", "--command", "x"], "--env 'NOEQUALS' must look like"),
-    (["--name", "a", "--gpus", "1", "--env", "SYNERGY_X=1", "--command", "x"], "--env SYNERGY_X is reserved"),
+    (["--name", "a", "--gpus", "1", "--env", "SYNERGY_X=1", "--command", "x"], "spec.env[SYNERGY_X] (--env SYNERGY_X): is reserved"),
     (["--name", "a", "--gpus", "1", "--command", "x", "--", "y"], "either with --command or after '--'"),
     (["--name", "a", "--gpus", "2", "--min-gpus", "4", "--max-gpus", "8", "--command", "x"],
-     "--min-gpus/--max-gpus range 4..8 must contain gpus (2)"),
+     "spec.gpus (--gpus): must lie in the elastic range 4..8, got 2"),
     (["--name", "a", "--gpus", "x"], "argument --gpus: invalid int value"),
 ])
 def test_flag_errors_name_the_flag(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,8 +16,9 @@ from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import (
     Result, enum_word, fmt_age, fmt_num, fmt_time, kv_table, state_text, table, to_plain,
 )
-from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec
-from synergy.scheduler.cli.wire import spec_to_proto
+from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec, spec_document, wire_spec
+from synergy.scheduler.jobspec import parse_job_ref
+from synergy.scheduler.jobspec.proto import spec_to_msg
 from synergy.v1 import admin_pb2, common_pb2
 
 Connect = Callable[[], Client]
@@ -146,13 +147,13 @@ def _parse_env_flags(items: list[str]) -> dict[str, str]:
 
 def submit(args: argparse.Namespace, connect: Connect) -> Result:
     spec = build_spec(args)
-    if spec.elastic is not None:
-        print(f"synergy: note: elastic range {spec.elastic.min_gpus}..{spec.elastic.max_gpus} accepted "
+    if spec.elastic:
+        print(f"synergy: note: elastic range {spec.min_gpus}..{spec.max_gpus} accepted "
               f"but not yet scheduled; the job runs with a fixed {spec.gpus} GPU(s)", file=sys.stderr)
     if args.dry_run:
-        return Result({"spec": spec.to_dict()}, _spec_view(spec))
+        return Result({"spec": spec_document(spec)}, _spec_view(spec))
     with connect() as client:
-        job = client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_proto(spec))).job
+        job = client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(wire_spec(spec)))).job
     line = Text.assemble("submitted job ", (str(job.id), "bold"), f" ({job.name}): ", state_text(_state(job)))
     if job.waiting_reason:
         line.append(f"; waiting: {job.waiting_reason}")
@@ -160,9 +161,9 @@ def submit(args: argparse.Namespace, connect: Connect) -> Result:
 
 
 def _spec_view(spec: JobSpec) -> Table:
-    d = spec.to_dict()
+    d = spec_document(spec)
     if spec.profile is not None:
-        d["profile"] = f"{spec.profile.model} ({spec.profile.source or 'from file'})"
+        d["profile"] = f"{spec.profile.get('source') or 'from file'}"
     return kv_table([(k, _show(v)) for k, v in d.items() if v not in (None, "", {}, [])])
 
 
@@ -177,7 +178,7 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
             return Result({"jobs": []}, Text("no jobs"))
     req = admin_pb2.ListJobsRequest(states=[_state_number(s) for s in states], limit=args.limit)
     with connect() as client:
-        jobs = list(client.call("ListJobs", req).jobs)
+        jobs = _all_pages(client, req)
     rows = [
         (j.id, j.name, state_text(_state(j)), j.spec.gpus,
          j.spec.model or "-", _where(j), j.steps_done or "-", fmt_age(j.submitted_at_unix_s),
@@ -189,15 +190,43 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
     return Result({"jobs": [to_plain(j) for j in jobs]}, view)
 
 
+def _all_pages(client: Client, req: admin_pb2.ListJobsRequest) -> list[admin_pb2.JobInfo]:
+    """Every page of ListJobs: one reply of all jobs would outgrow gRPC's message limit."""
+    jobs: list[admin_pb2.JobInfo] = []
+    seen: set[str] = set()
+    while True:
+        reply = client.call("ListJobs", req)
+        jobs.extend(reply.jobs)
+        token = reply.next_page_token
+        if not token:
+            return jobs
+        if token in seen:  # a daemon that repeats itself would otherwise page forever
+            raise CliError(f"synergyd at {client.target.address} repeated a ListJobs page token; "
+                           "the listing is incomplete")
+        seen.add(token)
+        req.page_token = token
+
+
+def _job_ref(text: str) -> str:
+    """The same rule as the daemon's (ASCII digits are an id, else a name), checked before dialing."""
+    try:
+        parse_job_ref(text, "JOB")
+    except SpecError as exc:
+        raise CliError(str(exc), ExitCode.USAGE) from None
+    return text
+
+
 def describe(args: argparse.Namespace, connect: Connect) -> Result:
+    ref = _job_ref(args.job)
     with connect() as client:
-        job = client.call("DescribeJob", admin_pb2.DescribeJobRequest(job=args.job)).job
+        job = client.call("DescribeJob", admin_pb2.DescribeJobRequest(job=ref)).job
     return Result(to_plain(job), _describe_view(job))
 
 
 def cancel(args: argparse.Namespace, connect: Connect) -> Result:
+    ref = _job_ref(args.job)
     with connect() as client:
-        job = client.call("CancelJob", admin_pb2.CancelJobRequest(job=args.job, reason=args.reason)).job
+        job = client.call("CancelJob", admin_pb2.CancelJobRequest(job=ref, reason=args.reason)).job
     return Result(to_plain(job), Text.assemble("job ", (str(job.id), "bold"), f" ({job.name}): ",
                                                state_text(_state(job))))
 

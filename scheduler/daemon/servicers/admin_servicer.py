@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from synergy.scheduler.daemon import validation
+from synergy.scheduler.daemon import paging, validation
 from synergy.scheduler.daemon.errors import InvalidArgument
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook
@@ -27,13 +27,13 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         super().__init__(ctx)
         self.jobs, self.nodes, self.rounds, self.started_at = jobs, nodes, rounds, started_at
 
-    def _info(self, job: JobRecord, history: bool) -> admin_pb2.JobInfo:
+    def _info(self, job: JobRecord, history: bool, full_spec: bool = True) -> admin_pb2.JobInfo:
         view = self.jobs.view(job)
         live: JobLive | None = self.ctx.live.jobs.get(job.id)
         expires = 0.0
         if live is not None and live.ranks:
             expires = min(r.last_renewal for r in live.ranks.values()) + self.ctx.config.lease_grace
-        return convert.job_to_info(view, history, expires)
+        return convert.job_to_info(view, history, expires, full_spec)
 
     @rpc
     def SubmitJob(
@@ -48,12 +48,15 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
 
     @rpc
     def ListJobs(self, request: admin_pb2.ListJobsRequest, context: grpc.ServicerContext) -> admin_pb2.ListJobsResponse:
+        paging.decode_token(request.page_token)  # a bad token is refused whatever the filter
         states = [convert.job_state_from_msg(s) for s in request.states]
         if request.states and all(s is None for s in states):
             return admin_pb2.ListJobsResponse()
-        jobs = self.jobs.list([s for s in states if s is not None], request.limit)
+        jobs = sorted(self.jobs.list([s for s in states if s is not None], request.limit), key=lambda j: j.id)
+        chunk, next_token = paging.page(jobs, lambda j: j.id, request.page_token, request.page_size)
         with self.ctx.lock:
-            return admin_pb2.ListJobsResponse(jobs=[self._info(j, history=False) for j in jobs])
+            infos = [self._info(j, history=False, full_spec=False) for j in chunk]
+        return admin_pb2.ListJobsResponse(jobs=infos, next_page_token=next_token)
 
     @rpc
     def DescribeJob(

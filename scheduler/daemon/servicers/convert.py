@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.nodes import NodeView
 from synergy.scheduler.daemon.reconciler import Instruction, InstructionKind
-from synergy.scheduler.daemon.records import JobRecord, JobSpec, JobState, NodeRecord
+from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
+# The job spec's one wire translation lives with the spec (the CLI uses it too); re-exported
+# here so that the servicers find every conversion in one module.
+from synergy.scheduler.jobspec.proto import (  # noqa: F401 (re-exported)
+    profile_from_msg,
+    profile_to_msg,
+    spec_from_msg,
+    spec_summary_msg,
+    spec_to_msg,
+)
 from synergy.scheduler.model import Placement, Resources
 from synergy.v1 import admin_pb2, common_pb2, node_pb2
 
@@ -64,81 +73,15 @@ def placement_from_msg(m: common_pb2.Placement, default_node: str, force_node: b
     return Placement(node, int(m.gpus), m.cpus, m.mem_gb)
 
 
-def profile_from_msg(m: common_pb2.SensitivityProfile) -> dict[str, Any]:
-    """The per-model form of the JSON profile format (validated by the caller)."""
-    return {
-        "task": m.task,
-        "cpus_per_gpu": list(m.cpus_per_gpu),
-        "mem_gb_per_gpu": list(m.mem_gb_per_gpu),
-        "throughput": [list(row.throughput) for row in m.throughput],
-        "reference": {"cpus_per_gpu": m.reference_cpus_per_gpu, "mem_gb_per_gpu": m.reference_mem_gb_per_gpu},
-        "iter_time_s": m.iter_time_s,
-        "source": m.source,
-    }
-
-
-def profile_to_msg(model: str, d: Mapping[str, Any]) -> common_pb2.SensitivityProfile:
-    return common_pb2.SensitivityProfile(
-        model=model,
-        task=d["task"],
-        cpus_per_gpu=d["cpus_per_gpu"],
-        mem_gb_per_gpu=d["mem_gb_per_gpu"],
-        throughput=[common_pb2.ProfileRow(throughput=row) for row in d["throughput"]],
-        reference_cpus_per_gpu=d["reference"]["cpus_per_gpu"],
-        reference_mem_gb_per_gpu=d["reference"]["mem_gb_per_gpu"],
-        iter_time_s=d["iter_time_s"],
-        source=d.get("source", ""),
-    )
-
-
 # -- jobs -----------------------------------------------------------------------------------------
-def spec_from_msg(m: admin_pb2.JobSpec) -> JobSpec:
-    return JobSpec(
-        name=m.name,
-        command=tuple(m.command),
-        gpus=m.gpus,
-        working_dir=m.working_dir,
-        env=tuple(sorted(m.env.items())),
-        cpus_hint=m.cpus_hint,
-        mem_gb_hint=m.mem_gb_hint,
-        model=m.model,
-        task=m.task,
-        checkpoint_dir=m.checkpoint_dir,
-        priority=m.priority,
-        iterations=m.iterations,
-        min_gpus=m.min_gpus,
-        max_gpus=m.max_gpus,
-        profile=profile_from_msg(m.profile) if m.HasField("profile") else None,
-    )
-
-
-def spec_to_msg(s: JobSpec) -> admin_pb2.JobSpec:
-    m = admin_pb2.JobSpec(
-        name=s.name,
-        command=list(s.command),
-        working_dir=s.working_dir,
-        env=dict(s.env),
-        gpus=s.gpus,
-        cpus_hint=s.cpus_hint,
-        mem_gb_hint=s.mem_gb_hint,
-        model=s.model,
-        task=s.task,
-        checkpoint_dir=s.checkpoint_dir,
-        priority=s.priority,
-        iterations=s.iterations,
-        min_gpus=s.min_gpus,
-        max_gpus=s.max_gpus,
-    )
-    if s.profile is not None:
-        m.profile.CopyFrom(profile_to_msg(s.model or s.name, s.profile))
-    return m
-
-
-def job_to_info(job: JobRecord, history: bool, lease_expires_at: float = 0.0) -> admin_pb2.JobInfo:
+def job_to_info(
+    job: JobRecord, history: bool, lease_expires_at: float = 0.0, full_spec: bool = True
+) -> admin_pb2.JobInfo:
+    """`history` and `full_spec` are DescribeJob's; list replies carry the spec's summary."""
     info = admin_pb2.JobInfo(
         id=job.id,
         name=job.name,
-        spec=spec_to_msg(job.spec),
+        spec=spec_to_msg(job.spec) if full_spec else spec_summary_msg(job.spec),
         state=job_state_to_msg(job.state),
         state_reason=job.reason,
         waiting_reason=job.waiting_reason if job.state == JobState.QUEUED else "",

@@ -94,7 +94,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
     ) -> job_pb2.ReportCheckpointResponse:
         if not request.path:
             raise InvalidArgument("path", "must not be empty")
-        validation.text(request.path, "path", validation.MAX_PATH_CHARS)
+        validation.os_path(request.path, "path")
         step = self.leases.report_checkpoint(
             self._caller(context),
             request.job_id,

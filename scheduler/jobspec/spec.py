@@ -1,0 +1,62 @@
+"""The job spec dataclass and the error every rule about it raises."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+class SpecError(ValueError):
+    """A spec field breaks a rule.
+
+    `field` is the field's proto path (`spec.gpus`, `spec.env[HOME]`, `job`): the daemon
+    answers INVALID_ARGUMENT with `str(exc)` and the CLI prints the same sentence, so a
+    user finds the culprit in admin.proto whichever side refused it. `field` is "" for a
+    problem with the whole document (an unreadable file).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a user asks for (field meanings: `JobSpec` in protos/synergy/v1/admin.proto).
+
+    Zero values mean "not given", as on the wire. Frozen and made of tuples so a stored
+    job's spec can never change under it.
+    """
+
+    name: str
+    #: argv of the training process; executed directly by the agent, never via a shell.
+    command: tuple[str, ...]
+    gpus: int
+    #: Directory on the node ("" = the agent's default); the CLI sends an absolute path.
+    working_dir: str = ""
+    #: Extra environment, as sorted (name, value) pairs.
+    env: tuple[tuple[str, str], ...] = ()
+    #: Optional totals for the whole job (not per GPU); 0 = no hint, the profile decides.
+    cpus_hint: float = 0.0
+    mem_gb_hint: float = 0.0
+    #: Profile-zoo model name and task class, used to pick a profile before profiling.
+    model: str = ""
+    task: str = ""
+    checkpoint_dir: str = ""
+    #: Reserved: stored, ignored by the paper's policies.
+    priority: int = 0
+    #: Total training steps, for remaining-time policies (SRTF, FTF); 0 = unknown.
+    iterations: int = 0
+    #: Lyra-style elastic range; 0 = unset. Validated, not yet scheduled.
+    min_gpus: int = 0
+    max_gpus: int = 0
+    #: A profile measured beforehand, in the JSON profile format's per-model form.
+    profile: Mapping[str, Any] | None = None
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    @property
+    def elastic(self) -> bool:
+        return bool(self.min_gpus or self.max_gpus)
