@@ -6,6 +6,7 @@ Jobs here never call the JobService, so the daemon runs with a generous launch t
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -13,6 +14,7 @@ import pytest
 
 from agent_harness import AgentProcess, alive, cpus_allowed, is_root_with_v1
 from synergyd_harness import DaemonProcess, wait_for
+from synergy.v1 import admin_pb2
 
 pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cgroup v1 cpuset/memory/cpu "
                                 "(CI runs as root); the cgroup layer is unit-tested without")
@@ -97,8 +99,6 @@ def test_two_agents_on_disjoint_slices_confine_their_jobs(cluster: Callable[...,
     # cancel: STOP reaches the agent, the process and its cgroup go away
     admin = d.admin()
     try:
-        from synergy.v1 import admin_pb2
-
         for j in jobs:
             admin.CancelJob(admin_pb2.CancelJobRequest(job=str(j), reason="test done"))
     finally:
@@ -155,11 +155,41 @@ def test_stop_sends_sigterm_first_and_the_job_may_checkpoint(cluster: Callable[.
     pid = a.task_pid(job)
     admin = d.admin()
     try:
-        from synergy.v1 import admin_pb2
-
         admin.CancelJob(admin_pb2.CancelJobRequest(job=str(job), reason="test"))
     finally:
         admin.close()
     wait_for(lambda: not alive(pid), timeout=60, what="the job to exit on SIGTERM")
     assert "got SIGTERM, checkpointing" in a.task_log(job)
     wait_for(lambda: "exit_code=75" in a.log_text(), timeout=30, what="the agent to reap exit 75")
+
+
+def test_daemon_restart_agent_reconnects_and_nothing_is_launched_twice(
+    cluster: Callable[..., object], tmp_path: Path
+) -> None:
+    from synergyd_harness import free_port
+
+    port = free_port()
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "600", "--port", str(port)).start()
+    try:
+        a = cluster("agent", d, "steady", "--cpus", "0", "--memory", "1G")
+        job = _submit(d, "steady", SLEEPER, tmp_path)
+        _state(d, job, "running")
+        pid = a.task_pid(job)
+        d.kill()
+        wait_for(lambda: "agent.daemon_unreachable" in a.log_text(), timeout=30, what="the agent to notice")
+        assert alive(pid)  # tasks keep running while the daemon is down
+        d.start()
+        restarted = time.time()
+        admin = d.admin()
+        try:
+            def heard() -> bool:
+                nodes = admin.ListNodes(admin_pb2.ListNodesRequest()).nodes
+                return any(n.node_id == "steady" and n.last_heartbeat_unix_s > restarted for n in nodes)
+
+            wait_for(heard, timeout=60, what="the agent to heartbeat the restarted daemon")
+        finally:
+            admin.close()
+        _state(d, job, "running")
+        assert alive(pid) and a.log_text().count("task.launched") == 1, a.log_text()
+    finally:
+        d.kill()
