@@ -79,8 +79,7 @@ def test_two_agents_on_disjoint_slices_confine_their_jobs(cluster: Callable[...,
         _state(d, j, "running")
     seen = {}
     for a, core in ((a0, "0"), (a1, "1")):
-        job = next(j for j in jobs if a.task_log(j) or wait_for(lambda: any(a.task_log(x) for x in jobs), timeout=30)
-                   and a.task_log(j))
+        job = wait_for(lambda: next((j for j in jobs if a.task_log(j)), 0), timeout=30, what=f"a job on {a.node_id}")
         pid = a.task_pid(job)
         assert cpus_allowed(pid) == core, a.log_text()
         cgroup = Path(f"/proc/{pid}/cgroup").read_text()
