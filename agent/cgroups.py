@@ -1,0 +1,336 @@
+"""cgroups: one parent the agent owns, one child per task with its cpuset, memory and CPU limits.
+
+Detected once at start (`detect`), in this order: cgroup v1 with the `cpuset`, `memory` and
+`cpu` controllers mounted and writable; cgroup v2 whose root offers those controllers;
+otherwise `NoCgroups` (not root, read-only, controllers missing): tasks are then confined by
+CPU affinity only and the agent says "memory not enforced".
+
+Layout: `<controller root>/<parent>/<task>` with `parent` = `synergy/<node-id>` by default,
+so several agents on one machine (disjoint `--cpus` slices) never touch each other's groups.
+The agent writes only into directories it created itself, plus (v2) the `+controller`
+entries of the ancestors' `cgroup.subtree_control` that delegation needs.
+
+A task joins its groups *before* it execs (the launcher writes its pid into `join_files()`
+in the child), so no instant of the job runs outside its limits. v1 cpusets need both
+`cpuset.mems` and `cpuset.cpus` written before any task may join.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from synergy.agent.cores import format_cpu_list
+
+CONTROLLERS = ("cpuset", "memory", "cpu")
+#: memory.high as a fraction of memory.max (v2): reclaim pressure first, the OOM killer at the limit.
+MEMORY_HIGH_FRACTION = 0.95
+
+
+class CgroupError(RuntimeError):
+    """A cgroup file or directory could not be written (the message names the path)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one task may use: exclusive cores, NUMA nodes, memory and a CPU-time quota."""
+
+    cores: tuple[int, ...]
+    mem_bytes: int = 0  # 0 = no memory limit
+    cpu_quota: float = 0.0  # CPUs of CPU time per period; 0 = no quota
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except OSError as exc:
+        raise CgroupError(f"cannot write {value!r} to {path}: {exc.strerror}") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _rmdir(d: Path) -> bool:
+    """Remove one group; False while a process is still leaving it (EBUSY)."""
+    try:
+        d.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            return False
+        if exc.errno == errno.ENOTEMPTY and not any(p.is_dir() for p in d.iterdir()):
+            # Only a plain directory (a fake tree in tests) refuses rmdir for its files;
+            # cgroupfs removes its control files with the group.
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+        else:
+            raise CgroupError(f"cannot remove {d}: {exc.strerror}") from None
+    return True
+
+
+def _counter(text: str, key: str) -> int:
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+class Cgroups:
+    """No cgroups: the fallback (affinity only). The real drivers below override each step."""
+
+    kind = "none"
+    enforces_memory = False
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+
+    def describe(self) -> str:
+        return f"no cgroups ({self.reason}): CPU affinity only, memory not enforced"
+
+    def setup(self, cores: Iterable[int]) -> None:
+        """Create the agent's parent group, confined to the agent's cores."""
+
+    def create(self, name: str, limits: Limits) -> None:
+        """Create the task's group with its limits (before the task starts)."""
+
+    def apply(self, name: str, limits: Limits) -> None:
+        """Change a live task's limits in place (RESIZE)."""
+
+    def join_files(self, name: str) -> list[str]:
+        """Files the task's process writes its pid into to join its groups."""
+        return []
+
+    def oom_kills(self, name: str) -> int:
+        """How many processes of the group the kernel killed for its memory limit."""
+        return 0
+
+    def pids(self, name: str) -> list[int]:
+        return []
+
+    def exists(self, name: str) -> bool:
+        return False
+
+    def remove(self, name: str) -> bool:
+        """Kill what is left in the group and remove it; False when it is still busy."""
+        return True
+
+    def teardown(self) -> None:
+        """Remove the parent group when it is empty."""
+
+
+class _TreeCgroups(Cgroups):
+    """Shared by v1 and v2: directories per controller root, created and removed by us."""
+
+    #: controller -> root directory of its hierarchy (v2: the same root for all three).
+    roots: dict[str, Path]
+
+    def __init__(self, roots: dict[str, Path], parent: str) -> None:
+        super().__init__()
+        self.roots = roots
+        self.parent = parent.strip("/")
+        self.created: list[Path] = []
+
+    def _dirs(self, name: str = "") -> list[Path]:
+        seen: dict[Path, None] = {}
+        for root in self.roots.values():
+            seen[root / self.parent / name if name else root / self.parent] = None
+        return list(seen)
+
+    def _dir(self, controller: str, name: str = "") -> Path:
+        base = self.roots[controller] / self.parent
+        return base / name if name else base
+
+    def _mkdir(self, path: Path) -> bool:
+        try:
+            path.mkdir()
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise CgroupError(f"cannot create {path}: {exc.strerror}") from None
+        return True
+
+    def _make_parents(self) -> list[Path]:
+        """mkdir -p of the parent under every root; the directories this call created."""
+        made: list[Path] = []
+        for root in dict.fromkeys(self.roots.values()):
+            path = root
+            for part in Path(self.parent).parts:
+                path = path / part
+                if self._mkdir(path):
+                    made.append(path)
+        self.created.extend(made)
+        return made
+
+    def exists(self, name: str) -> bool:
+        return all(d.is_dir() for d in self._dirs(name))
+
+    def join_files(self, name: str) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self._dirs(name)]
+
+    def pids(self, name: str) -> list[int]:
+        out: set[int] = set()
+        for d in self._dirs(name):
+            out.update(int(p) for p in _read(d / "cgroup.procs").split() if p.isdigit())
+        return sorted(out)
+
+    def remove(self, name: str) -> bool:
+        for pid in self.pids(name):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        done = True
+        for d in self._dirs(name):
+            if not _rmdir(d):
+                done = False
+        return done
+
+    def teardown(self) -> None:
+        for path in reversed(self.created):
+            try:
+                _rmdir(path)
+            except CgroupError:
+                pass  # still in use (another agent, a task we could not remove): leave it
+        self.created.clear()
+
+
+class CgroupsV1(_TreeCgroups):
+    kind = "v1"
+    enforces_memory = True
+
+    def describe(self) -> str:
+        where = ", ".join(f"{c}={self._dir(c)}" for c in CONTROLLERS)
+        return f"cgroup v1 ({where})"
+
+    def setup(self, cores: Iterable[int]) -> None:
+        made = self._make_parents()
+        cpuset_root = self.roots["cpuset"]
+        mems = _read(cpuset_root / "cpuset.mems").strip() or "0"
+        for path in made:  # a new v1 cpuset is empty: fill it from its parent before use
+            if path.is_relative_to(cpuset_root):
+                _write(path / "cpuset.mems", _read(path.parent / "cpuset.mems").strip() or mems)
+                _write(path / "cpuset.cpus", _read(path.parent / "cpuset.cpus").strip())
+        node = self._dir("cpuset")
+        _write(node / "cpuset.mems", mems)
+        _write(node / "cpuset.cpus", format_cpu_list(cores))
+        self.mems = mems
+
+    def create(self, name: str, limits: Limits) -> None:
+        for d in self._dirs(name):
+            self._mkdir(d)
+        _write(self._dir("cpuset", name) / "cpuset.mems", self.mems)
+        self.apply(name, limits)
+
+    def apply(self, name: str, limits: Limits) -> None:
+        _write(self._dir("cpuset", name) / "cpuset.cpus", format_cpu_list(limits.cores))
+        mem = self._dir("memory", name)
+        _write(mem / "memory.limit_in_bytes", str(limits.mem_bytes) if limits.mem_bytes else "-1")
+        cpu = self._dir("cpu", name)
+        period = int(_read(cpu / "cpu.cfs_period_us").strip() or 100_000)
+        quota = int(limits.cpu_quota * period) if limits.cpu_quota > 0 else -1
+        _write(cpu / "cpu.cfs_quota_us", str(max(quota, 1000) if quota > 0 else -1))
+
+    def oom_kills(self, name: str) -> int:
+        return _counter(_read(self._dir("memory", name) / "memory.oom_control"), "oom_kill")
+
+
+class CgroupsV2(_TreeCgroups):
+    kind = "v2"
+    enforces_memory = True
+
+    def __init__(self, root: Path, parent: str) -> None:
+        super().__init__({c: Path(root) for c in CONTROLLERS}, parent)
+        self.root = Path(root)
+
+    def describe(self) -> str:
+        return f"cgroup v2 ({self.root / self.parent})"
+
+    def _delegate(self, path: Path) -> None:
+        """Enable our controllers for `path`'s children (only the ones missing)."""
+        have = set(_read(path / "cgroup.subtree_control").split())
+        missing = [c for c in CONTROLLERS if c not in have]
+        if missing:
+            _write(path / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
+
+    def setup(self, cores: Iterable[int]) -> None:
+        self._make_parents()
+        path = self.root
+        self._delegate(path)
+        for part in Path(self.parent).parts:
+            path = path / part
+            self._delegate(path)
+        _write(path / "cpuset.cpus", format_cpu_list(cores))
+
+    def create(self, name: str, limits: Limits) -> None:
+        self._mkdir(self._dir("cpuset", name))
+        self.apply(name, limits)
+
+    def apply(self, name: str, limits: Limits) -> None:
+        d = self._dir("cpuset", name)
+        _write(d / "cpuset.cpus", format_cpu_list(limits.cores))
+        if limits.mem_bytes:
+            _write(d / "memory.high", str(int(limits.mem_bytes * MEMORY_HIGH_FRACTION)))
+            _write(d / "memory.max", str(limits.mem_bytes))
+        else:
+            _write(d / "memory.high", "max")
+            _write(d / "memory.max", "max")
+        period = 100_000
+        quota = max(int(limits.cpu_quota * period), 1000) if limits.cpu_quota > 0 else 0
+        _write(d / "cpu.max", f"{quota if quota else 'max'} {period}")
+
+    def oom_kills(self, name: str) -> int:
+        return _counter(_read(self._dir("memory", name) / "memory.events"), "oom_kill")
+
+
+def _mounts(mounts_path: str) -> list[tuple[str, str, set[str]]]:
+    """(fstype, mount point, options) of every cgroup mount."""
+    out = []
+    for line in _read(Path(mounts_path)).splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+            out.append((parts[2], parts[1], set(parts[3].split(","))))
+    return out
+
+
+def detect(parent: str, cores: Iterable[int], mounts_path: str = "/proc/mounts", enabled: bool = True) -> Cgroups:
+    """The best driver this machine offers, already set up for `parent` (or the fallback)."""
+    if not enabled:
+        return Cgroups("disabled with --no-cgroups")
+    cores = tuple(cores)
+    mounts = _mounts(mounts_path)
+    v1 = {c: Path(point) for fs, point, opts in mounts if fs == "cgroup" for c in CONTROLLERS if c in opts}
+    reasons: list[str] = []
+    candidates: list[_TreeCgroups] = []
+    if all(c in v1 for c in CONTROLLERS):
+        candidates.append(CgroupsV1(v1, parent))
+    else:
+        reasons.append("cgroup v1: " + ", ".join(c for c in CONTROLLERS if c not in v1) + " not mounted")
+    for fs, point, _ in mounts:
+        if fs != "cgroup2":
+            continue
+        offered = set(_read(Path(point) / "cgroup.controllers").split())
+        if all(c in offered for c in CONTROLLERS):
+            candidates.append(CgroupsV2(Path(point), parent))
+        else:
+            lacking = ", ".join(c for c in CONTROLLERS if c not in offered)
+            reasons.append(f"cgroup v2 at {point}: no {lacking} controller")
+    for driver in candidates:
+        try:
+            driver.setup(cores)
+            return driver
+        except CgroupError as exc:
+            driver.teardown()
+            reasons.append(f"{driver.kind}: {exc}")
+    return Cgroups("; ".join(reasons) or "no cgroup filesystem mounted")

@@ -1,0 +1,209 @@
+"""synergy-agent's flags, checked into an `AgentConfig` (a bad value: one line, exit code 2).
+
+The node's capacity comes from the machine (psutil, NVML) restricted to the slice given
+with `--cpus` / `--memory`, so several agents can share one machine without overlapping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+import psutil
+
+from synergy.agent.cores import CoreError, format_cpu_list, parse_cpu_list
+from synergy.scheduler.daemon.statedir import ADDRESS_FILE, AGENT_ADDRESS_FILE, CLUSTER_TOKEN_FILE, default_state_dir
+
+GIB = 1024**3
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": GIB, "k": 1024, "m": 1024**2, "g": GIB, "t": 1024**4}
+
+
+class ConfigError(ValueError):
+    """A flag value that cannot be used; the message starts with the flag."""
+
+
+def parse_size_gb(text: str, flag: str) -> float:
+    """"8G", "512M", "1.5GiB", "16" (GB) -> GiB as a float."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ConfigError(f"{flag}: {text!r} is not a size like 8G, 512M or 1.5G")
+    return float(m.group(1)) * _UNITS[m.group(2).lower()] / GIB
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    daemon: str
+    cluster_token: str = field(repr=False)
+    node_id: str
+    hostname: str
+    work_dir: Path
+    #: The agent's slice of the machine's cores, and the first `reserve_cpus` of them kept back.
+    cores: tuple[int, ...]
+    reserve_cpus: int
+    mem_gb: float
+    reserve_mem_gb: float
+    fake_gpus: int | None
+    cgroup_parent: str
+    use_cgroups: bool
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: Address the job processes call (the JobService); defaults to --daemon.
+    job_daemon_address: str = ""
+    stop_grace_s: float = 10.0
+    log_level: str = "info"
+    log_format: str = "json"
+
+    @property
+    def task_cores(self) -> tuple[int, ...]:
+        """Cores tasks may use: the slice minus the reserved ones."""
+        return self.cores[self.reserve_cpus :]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
+        sys.stderr.write(f"synergy-agent: {message} (see synergy-agent --help)\n")
+        raise SystemExit(2)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="synergy-agent",
+        description="Node agent of a Synergy cluster: registers this server with synergyd, runs the tasks "
+        "it is told to inside cgroups with exclusive cores and memory limits, and reports them. "
+        "See docs/agent.md.",
+    )
+    a = p.add_argument
+    a("--daemon", metavar="HOST:PORT", help="synergyd's address (default: the address file in --state-dir)")
+    a("--state-dir", metavar="DIR", help="state dir of a synergyd on this machine: its address and cluster "
+      "token are read from there (default: $SYNERGY_STATE_DIR or ~/.local/state/synergy)")
+    a("--cluster-token-file", metavar="FILE", help="file holding the cluster token (default: cluster.token in "
+      "--state-dir)")
+    a("--node-id", help="stable, unique id of this node (default: the host name)")
+    a("--work-dir", metavar="DIR", help="where task logs (logs/JOB-ATTEMPT-RANK.log) and the agent's state "
+      "live (default: ~/.local/state/synergy-agent/NODE_ID)")
+    a("--cpus", metavar="LIST", help="cores this agent may use, e.g. 0-3 or 0,2,4-7 (default: every core "
+      "the agent may run on)")
+    a("--memory", metavar="SIZE", help="memory this agent may hand out, e.g. 8G (default: the machine's)")
+    a("--reserve-cpus", type=int, default=0, metavar="N", help="cores of the slice kept back for the system "
+      "and the agent (the first N); never given to tasks (default: 0)")
+    a("--reserve-mem", default="0", metavar="SIZE", help="memory kept back for the system (default: 0)")
+    a("--fake-gpus", type=int, metavar="N", help="present N fake GPUs instead of asking NVML (tests, demos "
+      "on CPU-only machines)")
+    a("--cgroup-parent", default="synergy", metavar="PATH", help="cgroup under which the agent creates its "
+      "own group PATH/NODE_ID and one group per task (default: synergy)")
+    a("--no-cgroups", action="store_true", help="do not use cgroups: CPU affinity only, memory not enforced")
+    a("--tls-ca", metavar="FILE", help="CA certificate to verify synergyd's TLS certificate (enables TLS)")
+    a("--tls-cert", metavar="FILE", help="client certificate for mutual TLS (with --tls-key)")
+    a("--tls-key", metavar="FILE", help="client private key for mutual TLS")
+    a("--job-daemon-address", metavar="HOST:PORT", help="address job processes use to reach synergyd "
+      "(default: --daemon)")
+    a("--stop-grace-s", type=float, default=10.0, metavar="S", help="SIGTERM-to-SIGKILL grace when the agent "
+      "itself stops its tasks on shutdown (default: 10)")
+    a("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
+    a("--log-format", default="json", choices=["json", "text"], help="log format on stderr (default: json)")
+    return p
+
+
+def _read(path: Path, what: str, flag: str) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot read the {what} from {path}: {exc.strerror}") from None
+    if not text:
+        raise ConfigError(f"{flag}: the {what} file {path} is empty")
+    return text
+
+
+def _readable(path: str | None, flag: str) -> str:
+    if path and not os.access(path, os.R_OK):
+        raise ConfigError(f"{flag}: cannot read {path}")
+    return path or ""
+
+
+def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
+    """Parse and check the flags; ConfigError names the flag at fault."""
+    ns = parser().parse_args(argv)
+    state = Path(ns.state_dir) if ns.state_dir else default_state_dir()
+    tls_cert = _readable(ns.tls_cert, "--tls-cert")
+    tls_key = _readable(ns.tls_key, "--tls-key")
+    if bool(tls_cert) != bool(tls_key):
+        raise ConfigError("--tls-cert: mutual TLS needs both --tls-cert and --tls-key")
+    daemon = ns.daemon
+    if not daemon:  # with a client certificate, the mutual-TLS agent port when the daemon has one
+        names = [AGENT_ADDRESS_FILE, ADDRESS_FILE] if tls_cert else [ADDRESS_FILE]
+        found = [state / n for n in names if (state / n).exists()]
+        if not found:
+            raise ConfigError(f"--daemon: not given, and {state / ADDRESS_FILE} does not exist (is synergyd "
+                              f"running with --state-dir {state}?)")
+        daemon = _read(found[0], "synergyd address", "--state-dir")
+    if ":" not in daemon:
+        raise ConfigError(f"--daemon: {daemon!r} is not HOST:PORT")
+    token_path = Path(ns.cluster_token_file) if ns.cluster_token_file else state / CLUSTER_TOKEN_FILE
+    token = _read(token_path, "cluster token", "--cluster-token-file")
+
+    available = tuple(sorted(os.sched_getaffinity(0)))
+    if ns.cpus:
+        try:
+            cores = parse_cpu_list(ns.cpus)
+        except CoreError as exc:
+            raise ConfigError(f"--cpus: {exc}") from None
+        outside = [c for c in cores if c not in available]
+        if outside:
+            raise ConfigError(f"--cpus: cores {format_cpu_list(outside)} are not available here "
+                              f"(this machine offers {format_cpu_list(available)})")
+        if not cores:
+            raise ConfigError("--cpus: empty")
+    else:
+        cores = available
+    if not 0 <= ns.reserve_cpus < len(cores):
+        raise ConfigError(f"--reserve-cpus: must be between 0 and {len(cores) - 1} (the slice has {len(cores)} "
+                          f"cores), got {ns.reserve_cpus}")
+    machine_gb = psutil.virtual_memory().total / GIB
+    mem_gb = parse_size_gb(ns.memory, "--memory") if ns.memory else machine_gb
+    if not 0 < mem_gb <= machine_gb + 1e-9:
+        raise ConfigError(f"--memory: must be more than 0 and at most the machine's {machine_gb:.1f}G")
+    reserve_mem = parse_size_gb(ns.reserve_mem, "--reserve-mem")
+    if reserve_mem >= mem_gb:
+        raise ConfigError(f"--reserve-mem: {reserve_mem:g}G leaves nothing of --memory {mem_gb:g}G")
+    if ns.fake_gpus is not None and not 0 <= ns.fake_gpus <= 64:
+        raise ConfigError(f"--fake-gpus: must be between 0 and 64, got {ns.fake_gpus}")
+    if not ns.stop_grace_s >= 0:
+        raise ConfigError(f"--stop-grace-s: must be >= 0, got {ns.stop_grace_s}")
+    node_id = ns.node_id or socket.gethostname()
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", node_id):
+        raise ConfigError(f"--node-id: {node_id!r} must be at most 128 letters, digits, '.', '_', ':' or '-'")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    work_dir = Path(ns.work_dir) if ns.work_dir else Path(base) / "synergy-agent" / node_id
+    try:
+        (work_dir / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--work-dir: cannot create {work_dir}: {exc.strerror}") from None
+    return AgentConfig(
+        daemon=daemon,
+        cluster_token=token,
+        node_id=node_id,
+        hostname=socket.gethostname(),
+        work_dir=work_dir,
+        cores=cores,
+        reserve_cpus=ns.reserve_cpus,
+        mem_gb=mem_gb,
+        reserve_mem_gb=reserve_mem,
+        fake_gpus=ns.fake_gpus,
+        cgroup_parent=ns.cgroup_parent.strip("/") or "synergy",
+        use_cgroups=not ns.no_cgroups,
+        tls_ca=_readable(ns.tls_ca, "--tls-ca"),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        job_daemon_address=ns.job_daemon_address or daemon,
+        stop_grace_s=ns.stop_grace_s,
+        log_level=ns.log_level,
+        log_format=ns.log_format,
+    )

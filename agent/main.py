@@ -1,0 +1,269 @@
+"""synergy-agent: register, heartbeat, apply the daemon's instructions, supervise the tasks.
+
+The loop sleeps in `select()` on a signal wake-up pipe until the next heartbeat is due, a
+stopping task's grace runs out, or a signal arrives (SIGCHLD: a task exited; SIGTERM /
+SIGINT: shut down). It never busy-waits. Exit codes: 0 after SIGTERM / SIGINT, 1 for a
+refusal that retrying cannot fix (bad token, node id owned by another live agent),
+2 for bad flags, 3 when the daemon says this agent was superseded by a newer one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import select
+import signal
+import sys
+import time
+from typing import Sequence
+
+import grpc
+import psutil
+
+from synergy.agent import VERSION
+from synergy.agent.cgroups import detect
+from synergy.agent.client import Backoff, NodeClient, statuses
+from synergy.agent.config import AgentConfig, ConfigError, from_args
+from synergy.agent.cores import format_cpu_list
+from synergy.agent.gpus import GIB, Gpus, discover
+from synergy.agent.tasks import Supervisor, TaskKey
+from synergy.scheduler.daemon.logs import JsonFormatter, TextFormatter, event
+from synergy.v1 import common_pb2, node_pb2
+
+LOGGER = "synergy-agent"
+EXIT_FATAL = 1
+EXIT_SUPERSEDED = 3
+#: Heartbeat interval until the daemon tells its own.
+DEFAULT_INTERVAL_S = 1.0
+_RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL,
+          grpc.StatusCode.UNKNOWN, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED)
+
+
+class Fatal(Exception):
+    def __init__(self, message: str, code: int = EXIT_FATAL) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def configure_logging(level: str, fmt: str) -> logging.Logger:
+    log = logging.getLogger(LOGGER)
+    log.handlers.clear()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    log.addHandler(handler)
+    log.setLevel(level.upper())
+    log.propagate = False
+    return log
+
+
+class Waker:
+    """Signals wake the loop through a pipe (`signal.set_wakeup_fd`), so it can sleep in select()."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(self.w, False)
+        self.stop_signal = 0
+        signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a Python handler makes SIGCHLD reach the pipe
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+
+    def _stop(self, signum: int, _frame: object) -> None:
+        self.stop_signal = signum
+
+    def wait(self, timeout_s: float) -> None:
+        if self.stop_signal:
+            return
+        ready, _, _ = select.select([self.r], [], [], max(0.0, timeout_s))
+        if ready:
+            try:
+                while os.read(self.r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, log: logging.Logger) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.instance_id = secrets.token_hex(8)
+        parent = f"{cfg.cgroup_parent}/{cfg.node_id}"
+        self.cgroups = detect(parent, cfg.cores, enabled=cfg.use_cgroups)
+        event(log, "agent.cgroups", kind=self.cgroups.kind, memory_enforced=self.cgroups.enforces_memory,
+              detail=self.cgroups.describe())
+        self.gpus: Gpus = discover(log, cfg.node_id, cfg.fake_gpus)
+        self.supervisor = Supervisor(
+            node_id=cfg.node_id,
+            cores=cfg.task_cores,
+            gpus=self.gpus.count,
+            mem_gb=cfg.mem_gb - cfg.reserve_mem_gb,
+            work_dir=cfg.work_dir,
+            cgroups=self.cgroups,
+            log=log,
+            daemon_address=cfg.job_daemon_address,
+            tls_ca=cfg.tls_ca,
+        )
+        self.client = NodeClient(cfg.daemon, cfg.cluster_token, cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
+        self.interval_s = DEFAULT_INTERVAL_S
+        self.registered = False
+        self.backoff = Backoff()
+        psutil.cpu_percent(percpu=True)  # primes the counters: the first sample is then meaningful
+
+    # -- messages -------------------------------------------------------------------------------
+    def _register_request(self) -> node_pb2.RegisterNodeRequest:
+        cfg = self.cfg
+        return node_pb2.RegisterNodeRequest(
+            node_id=cfg.node_id,
+            hostname=cfg.hostname,
+            capacity=common_pb2.Resources(gpus=self.gpus.count, cpus=len(cfg.cores), mem_gb=round(cfg.mem_gb, 3)),
+            reserved=common_pb2.Resources(gpus=0, cpus=cfg.reserve_cpus, mem_gb=round(cfg.reserve_mem_gb, 3)),
+            gpus=[
+                common_pb2.GpuInfo(index=g.index, uuid=g.uuid, name=g.name, memory_gb=g.memory_gb)
+                for g in self.gpus.gpus
+            ],
+            tasks=statuses(self.supervisor.tasks.values(), cfg.node_id),
+            agent_version=VERSION,
+            instance_id=self.instance_id,
+        )
+
+    def _telemetry(self) -> common_pb2.NodeTelemetry:
+        per_cpu = psutil.cpu_percent(percpu=True)
+        mine = [per_cpu[c] for c in self.cfg.cores if c < len(per_cpu)]
+        return common_pb2.NodeTelemetry(
+            collected_at_unix_s=time.time(),
+            cpu_util_pct=sum(mine) / len(mine) if mine else 0.0,
+            mem_used_gb=psutil.virtual_memory().used / GIB,
+            load_avg_1m=os.getloadavg()[0],
+            gpus=[
+                common_pb2.GpuTelemetry(
+                    index=s.index,
+                    utilization_pct=s.utilization_pct,
+                    memory_used_gb=s.memory_used_gb,
+                    temperature_c=s.temperature_c,
+                )
+                for s in self.gpus.sample()
+            ],
+        )
+
+    # -- one exchange ---------------------------------------------------------------------------
+    def exchange(self) -> None:
+        """Register (if needed) or heartbeat once, and apply the reply."""
+        if not self.registered:
+            try:
+                reply = self.client.register(self._register_request())
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.ALREADY_EXISTS:
+                    raise Fatal(f"node id {self.cfg.node_id!r} is owned by another live agent: {exc.details()}")
+                if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise Fatal(f"synergyd at {self.cfg.daemon} refused the cluster token: {exc.details()}")
+                if code == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise Fatal(f"synergyd at {self.cfg.daemon} refused the registration: {exc.details()}")
+                raise
+            self.registered = True
+            self.interval_s = reply.heartbeat_interval_s or self.interval_s
+            event(self.log, "agent.registered", daemon=self.cfg.daemon, daemon_version=reply.daemon_version,
+                  node=self.cfg.node_id, state=common_pb2.NodeState.Name(reply.state),
+                  heartbeat_interval_s=self.interval_s, tasks=len(self.supervisor.tasks))
+            self.apply(reply.instructions, ())
+            return
+        request = node_pb2.HeartbeatRequest(
+            node_id=self.cfg.node_id,
+            telemetry=self._telemetry(),
+            tasks=statuses(self.supervisor.tasks.values(), self.cfg.node_id),
+            instance_id=self.instance_id,
+        )
+        try:
+            reply = self.client.heartbeat(request)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.NOT_FOUND:
+                event(self.log, "agent.reregister", reason=exc.details())
+                self.registered = False
+                return self.exchange()
+            if code == grpc.StatusCode.FAILED_PRECONDITION and "supersede" in (exc.details() or ""):
+                raise Fatal(f"superseded by another agent for node {self.cfg.node_id!r}: {exc.details()}",
+                            EXIT_SUPERSEDED)
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise Fatal(f"synergyd at {self.cfg.daemon} refused the cluster token: {exc.details()}")
+            raise
+        self.interval_s = reply.heartbeat_interval_s or self.interval_s
+        self.apply(reply.instructions, reply.forget)
+
+    def apply(self, instructions: Sequence[node_pb2.Instruction], forget: Sequence[node_pb2.TaskRef]) -> None:
+        sup = self.supervisor
+        for ref in forget:
+            sup.forget(TaskKey.of(ref))
+        for ins in instructions:
+            key = TaskKey.of(ins.ref)
+            if ins.kind == node_pb2.INSTRUCTION_KIND_LAUNCH:
+                if ins.task.ref.job_id == 0:
+                    ins.task.ref.CopyFrom(ins.ref)
+                sup.launch(ins.task)
+            elif ins.kind == node_pb2.INSTRUCTION_KIND_RESIZE:
+                p = ins.placement
+                sup.resize(key, int(p.gpus), p.cpus, p.mem_gb)
+            elif ins.kind == node_pb2.INSTRUCTION_KIND_STOP:
+                sup.stop(key, ins.stop_grace_s, ins.reason)
+        sup.poll()
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, waker: Waker) -> int:
+        cfg = self.cfg
+        event(self.log, "agent.started", version=VERSION, node=cfg.node_id, daemon=cfg.daemon, pid=os.getpid(),
+              cores=format_cpu_list(cfg.cores), task_cores=format_cpu_list(cfg.task_cores),
+              mem_gb=round(cfg.mem_gb, 3), gpus=self.gpus.count, fake_gpus=self.gpus.fake,
+              work_dir=str(cfg.work_dir))
+        next_beat = time.monotonic()
+        code = 0
+        try:
+            while not waker.stop_signal:
+                self.supervisor.poll()
+                if time.monotonic() >= next_beat:
+                    try:
+                        self.exchange()
+                        self.backoff.reset()
+                        next_beat = time.monotonic() + self.interval_s
+                    except grpc.RpcError as exc:
+                        if exc.code() not in _RETRY:
+                            raise Fatal(f"synergyd at {cfg.daemon} answered {exc.code().name}: {exc.details()}")
+                        delay = self.backoff.next()
+                        if self.backoff.attempt in (1, 5) or self.backoff.attempt % 20 == 0:
+                            event(self.log, "agent.daemon_unreachable", level=logging.WARNING, daemon=cfg.daemon,
+                                  code=exc.code().name, retry_in_s=round(delay, 2), attempt=self.backoff.attempt)
+                        next_beat = time.monotonic() + delay
+                wake = next_beat
+                deadline = self.supervisor.next_deadline()
+                if deadline is not None:
+                    wake = min(wake, deadline)
+                waker.wait(wake - time.monotonic())
+            event(self.log, "agent.stopping", signal=signal.Signals(waker.stop_signal).name)
+        except Fatal as exc:
+            sys.stderr.write(f"synergy-agent: {exc}\n")
+            event(self.log, "agent.fatal", level=logging.ERROR, reason=str(exc))
+            code = exc.code
+        finally:
+            self.supervisor.shutdown(cfg.stop_grace_s)
+            self.cgroups.teardown()
+            self.client.close()
+            self.gpus.close()
+        return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = from_args(argv)
+    except ConfigError as exc:
+        sys.stderr.write(f"synergy-agent: {exc}\n")
+        return 2
+    log = configure_logging(cfg.log_level, cfg.log_format)
+    waker = Waker()
+    agent = Agent(cfg, log)
+    return agent.run(waker)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

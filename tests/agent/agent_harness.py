@@ -1,0 +1,103 @@
+"""A real `synergy-agent` process for tests, beside the real synergyd of tests/synergyd_harness.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from synergyd_harness import DaemonProcess, wait_for
+
+
+class AgentProcess:
+    def __init__(self, daemon: DaemonProcess, work_dir: Path, node_id: str, *extra: str, fake_gpus: int = 1) -> None:
+        self.daemon = daemon
+        self.work_dir = Path(work_dir)
+        self.node_id = node_id
+        #: a cgroup parent of its own, so test agents never meet a real one
+        self.cgroup_parent = f"synergy-test-{uuid.uuid4().hex[:8]}"
+        self.extra = list(extra)
+        self.fake_gpus = fake_gpus
+        self.log_path = self.work_dir.parent / f"agent-{node_id}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable, "-m", "synergy.agent.main",
+            "--daemon", self.daemon.address,
+            "--cluster-token-file", str(self.daemon.state_dir / "cluster.token"),
+            "--node-id", self.node_id,
+            "--work-dir", str(self.work_dir),
+            "--fake-gpus", str(self.fake_gpus),
+            "--cgroup-parent", self.cgroup_parent,
+            "--stop-grace-s", "2",
+            "--log-format", "text",
+            *self.extra,
+        ]
+
+    def start(self) -> AgentProcess:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log)
+        admin = self.daemon.admin()
+        try:
+            wait_for(lambda: self._listed(admin), timeout=30, what=f"agent {self.node_id} to register")
+        finally:
+            admin.close()
+        return self
+
+    def _listed(self, admin: object) -> bool:
+        from synergy.v1 import admin_pb2
+
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"synergy-agent exited {self.proc.returncode}:\n{self.log_text()}")
+        nodes = admin.ListNodes(admin_pb2.ListNodesRequest()).nodes  # type: ignore[attr-defined]
+        return any(n.node_id == self.node_id for n in nodes)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def task_log(self, job_id: int, attempt: int = 1, rank: int = 0) -> str:
+        path = self.work_dir / "logs" / f"{job_id}-{attempt}-{rank}.log"
+        return path.read_text() if path.exists() else ""
+
+    def task_pid(self, job_id: int, attempt: int = 1) -> int:
+        """The job prints `PID <n>` first (the test jobs below do)."""
+        text = wait_for(lambda: re.search(r"PID (\d+)", self.task_log(job_id, attempt)), timeout=30,
+                        what=f"job {job_id} to print its pid")
+        return int(text.group(1))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def cpus_allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split()[-1]
+    return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def is_root_with_v1() -> bool:
+    mounts = Path("/proc/mounts").read_text()
+    have = {c for line in mounts.splitlines() if " cgroup " in line for c in ("cpuset", "memory", "cpu")
+            if c in line.split()[3].split(",")}
+    return os.geteuid() == 0 and have == {"cpuset", "memory", "cpu"}

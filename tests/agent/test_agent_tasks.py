@@ -1,0 +1,96 @@
+"""The task supervisor with real processes, without a daemon: launch, resize, stop, bad input."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_harness import alive, cpus_allowed
+from synergy.agent.cgroups import Cgroups
+from synergy.agent.cores import parse_cpu_list
+from synergy.agent.tasks import LAUNCH_FAILED, Phase, Supervisor, TaskKey
+from synergyd_harness import wait_for
+from synergy.v1 import common_pb2, node_pb2
+
+CORES = tuple(sorted(os.sched_getaffinity(0)))
+IGNORE_TERM = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+               "print('PID', os.getpid(), flush=True); time.sleep(600)")
+
+
+@pytest.fixture
+def sup(tmp_path: Path) -> Supervisor:
+    s = Supervisor(node_id="n", cores=CORES, gpus=2, mem_gb=4, work_dir=tmp_path, cgroups=Cgroups("test"),
+                   log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
+    yield s
+    s.shutdown(0)
+
+
+def _spec(job: int, code: str | None = "import time; time.sleep(600)", cpus: float = 1, gpus: int = 1,
+          mem_gb: float = 1, working_dir: str = "") -> node_pb2.TaskSpec:
+    return node_pb2.TaskSpec(
+        ref=node_pb2.TaskRef(job_id=job, attempt=1, rank=0), job_name=f"j{job}", world_size=1,
+        command=[sys.executable, "-c", code] if code is not None else [], working_dir=working_dir,
+        placement=common_pb2.Placement(node_id="n", gpus=gpus, cpus=cpus, mem_gb=mem_gb), job_token="t" * 20,
+    )
+
+
+def _until_exited(sup: Supervisor, key: TaskKey, timeout: float = 30) -> None:
+    def done() -> bool:
+        sup.poll()
+        return sup.tasks[key].phase == Phase.EXITED
+
+    wait_for(done, timeout=timeout, what=f"task {key} to exit")
+
+
+def test_bad_input_fails_only_that_task(sup: Supervisor, tmp_path: Path) -> None:
+    good = sup.launch(_spec(1))
+    assert good.phase == Phase.RUNNING and good.gpu_indices == (0,)
+    cases = {
+        2: (_spec(2, code=None), "task.command: empty"),
+        3: (_spec(3, working_dir=str(tmp_path / "nope")), "does not exist"),
+        4: (_spec(4, cpus=len(CORES) + 1), "impossible placement: needs"),
+        5: (_spec(5, gpus=3), "needs 3 GPUs, 1 of 2 are free"),
+        6: (_spec(6, mem_gb=64), "needs 64 GB of memory"),
+    }
+    for job, (spec, message) in cases.items():
+        t = sup.launch(spec)
+        assert t.phase == Phase.EXITED and t.exit_code == LAUNCH_FAILED and message in t.message, t.message
+    missing = node_pb2.TaskSpec()
+    missing.CopyFrom(_spec(7))
+    missing.command[:] = ["/no/such/binary"]
+    t = sup.launch(missing)
+    assert t.phase == Phase.EXITED and "'/no/such/binary' not found" in t.message
+    assert sup.launch(_spec(1)) is good  # a repeated LAUNCH is idempotent
+    assert alive(good.pid) and good.phase == Phase.RUNNING
+
+
+def test_stop_kills_after_the_grace_when_sigterm_is_ignored(sup: Supervisor) -> None:
+    t = sup.launch(_spec(1, IGNORE_TERM))
+    key = t.key
+    wait_for(lambda: "PID" in t.log_path.read_text(), timeout=30, what="the job to start")
+    sup.stop(key, grace_s=0.5, reason="test")
+    assert t.phase == Phase.STOPPING and sup.next_deadline() is not None
+    _until_exited(sup, key)
+    assert t.exit_code == -9 and "stopped by the agent (test)" in t.message
+    sup.forget(key)
+    assert key not in sup.tasks
+
+
+def test_resize_moves_cores_in_place_and_exits_keep_being_reported(sup: Supervisor) -> None:
+    if len(CORES) < 2:
+        pytest.skip("needs two cores")
+    t = sup.launch(_spec(1, cpus=1))
+    wait_for(lambda: t.pid and cpus_allowed(t.pid) == str(CORES[0]), timeout=30, what="affinity")
+    assert sup.resize(t.key, 1, 2, 1)
+    assert t.cores == CORES[:2] and t.pid and alive(t.pid)
+    assert parse_cpu_list(cpus_allowed(t.pid)) == CORES[:2]  # affinity moved in place (no cgroups here)
+    assert not sup.resize(t.key, 2, 1, 1)  # GPUs never change in place
+    os.kill(t.pid, 9)
+    _until_exited(sup, t.key)
+    assert t.exit_code == -9 and "exit code -9" in t.message
+    sup.forget(TaskKey(99, 1, 0))  # unknown: ignored
+    assert t.key in sup.tasks  # reported until the daemon says forget

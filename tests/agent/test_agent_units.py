@@ -1,0 +1,115 @@
+"""Unit tests of the agent's pure parts: the env contract, core selection, flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synergy.agent import contract
+from synergy.agent.config import ConfigError, from_args, parse_size_gb
+from synergy.agent.cores import CoreError, choose_cores, cores_needed, format_cpu_list, parse_cpu_list
+from synergy.agent.tasks import log_tail
+
+
+def _env(**over: object) -> contract.JobEnv:
+    base = dict(job_id=7, attempt=2, rank=1, world_size=3, daemon_address="127.0.0.1:5", job_token="s3cret-token")
+    base.update(over)
+    return contract.JobEnv(**base)  # type: ignore[arg-type]
+
+
+def test_contract_round_trips_through_the_environment() -> None:
+    e = _env(alloc_cpus=2.5, alloc_cores="2-4", alloc_mem_gb=8.0, alloc_gpus=2, resume_step=40,
+             resume_checkpoint="/c/40", master_addr="h0", master_port=contract.master_port(7, 2))
+    env = e.to_env()
+    assert env[contract.JOB_TOKEN] == "s3cret-token" and env[contract.ALLOC_CORES] == "2-4"
+    assert all(k.startswith("SYNERGY_") for k in env)
+    assert contract.JobEnv.from_env(env) == e
+
+
+def test_contract_names_the_missing_or_malformed_variable() -> None:
+    env = _env().to_env()
+    del env[contract.JOB_TOKEN]
+    with pytest.raises(ValueError, match="SYNERGY_JOB_TOKEN is not set"):
+        contract.JobEnv.from_env(env)
+    env = _env().to_env() | {contract.RANK: "one"}
+    with pytest.raises(ValueError, match="SYNERGY_RANK='one'"):
+        contract.JobEnv.from_env(env)
+
+
+def test_job_token_is_not_in_the_repr() -> None:
+    assert "s3cret" not in repr(_env())
+
+
+def test_master_port_is_shared_by_ranks_and_new_per_attempt() -> None:
+    assert contract.master_port(3, 1) == contract.master_port(3, 1) != contract.master_port(3, 2)
+    assert all(contract.MASTER_PORT_BASE <= contract.master_port(j, a) < 65536 for j in range(50) for a in range(5))
+
+
+def test_cpu_lists_parse_and_format() -> None:
+    assert parse_cpu_list("0-3,8,10-11") == (0, 1, 2, 3, 8, 10, 11)
+    assert format_cpu_list((11, 10, 8, 3, 2, 1, 0)) == "0-3,8,10-11"
+    assert parse_cpu_list("") == ()
+    for bad in ("a", "3-1", "-1", "1-x"):
+        with pytest.raises(CoreError):
+            parse_cpu_list(bad)
+
+
+def test_cores_are_rounded_up_exclusive_and_resizes_keep_theirs() -> None:
+    assert cores_needed(0) == 1 and cores_needed(2.0) == 2 and cores_needed(2.25) == 3
+    usable = range(8)
+    assert choose_cores(2.5, usable, taken={0, 1}) == (2, 3, 4)
+    # a resize keeps the task's own cores first
+    assert choose_cores(3, usable, taken={0}, keep=(5, 6)) == (1, 5, 6)
+    assert choose_cores(1, usable, taken={0}, keep=(5, 6)) == (5,)
+    with pytest.raises(CoreError, match="needs 3 exclusive cores.*only 2"):
+        choose_cores(3, range(4), taken={0, 1})
+
+
+def test_sizes() -> None:
+    assert parse_size_gb("8G", "--memory") == 8
+    assert parse_size_gb("512M", "--memory") == 0.5
+    assert parse_size_gb("1.5GiB", "--memory") == 1.5
+    with pytest.raises(ConfigError, match="^--memory: 'lots'"):
+        parse_size_gb("lots", "--memory")
+
+
+def test_flags_are_checked(tmp_path: Path) -> None:
+    token = tmp_path / "t"
+    token.write_text("x" * 20)
+    base = ["--daemon", "127.0.0.1:1", "--cluster-token-file", str(token), "--work-dir", str(tmp_path / "w")]
+    cfg = from_args([*base, "--cpus", "0", "--memory", "1G", "--fake-gpus", "2", "--node-id", "n-1"])
+    assert cfg.cores == (0,) and cfg.mem_gb == 1 and cfg.fake_gpus == 2 and (tmp_path / "w" / "logs").is_dir()
+    assert "x" * 20 not in repr(cfg)
+    for extra, message in [
+        (["--cpus", "9999"], "^--cpus: cores 9999 are not available"),
+        (["--cpus", "0", "--reserve-cpus", "1"], "^--reserve-cpus"),
+        (["--memory", "100000G"], "^--memory"),
+        (["--node-id", "bad id"], "^--node-id"),
+        (["--daemon", "nohost"], "^--daemon"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            from_args([*base, *extra])
+    with pytest.raises(ConfigError, match="^--cluster-token-file: cannot read"):
+        from_args(["--daemon", "h:1", "--cluster-token-file", str(tmp_path / "missing")])
+
+
+def test_bad_flag_is_one_line_and_exit_2() -> None:
+    r = subprocess.run([sys.executable, "-m", "synergy.agent.main", "--cpus", "zz", "--daemon", "h:1",
+                        "--cluster-token-file", "/nonexistent"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "synergy.agent.main", "--no-such-flag"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_log_tail_is_bounded(tmp_path: Path) -> None:
+    log = tmp_path / "l.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    tail = log_tail(log)
+    assert tail.splitlines() == [f"line {i}" for i in range(90, 100)]
+    log.write_text("x" * 5000)
+    assert len(log_tail(log)) <= 700
+    assert log_tail(tmp_path / "missing") == ""
