@@ -11,7 +11,9 @@ import enum
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
-from synergy.scheduler.model import Placement, Resources
+# AdminState is the core's (model.py): what an admin set on a node, which the filters read;
+# liveness (lost or not) is tracked separately, in live.py.
+from synergy.scheduler.model import AdminState, Placement, Resources
 
 
 class JobState(str, enum.Enum):
@@ -41,14 +43,6 @@ ALLOWED: dict[JobState | None, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
-
-
-class AdminState(str, enum.Enum):
-    """What an admin set on a node; liveness (lost or not) is tracked separately."""
-
-    READY = "ready"
-    CORDONED = "cordoned"
-    DRAINING = "draining"
 
 
 @dataclass(frozen=True)
@@ -160,6 +154,9 @@ class NodeRecord:
     gpus: tuple[Mapping[str, Any], ...] = ()
     agent_version: str = ""
     registered_at: float = 0.0
+    #: The agent process that registered the node ("" = a legacy agent): another instance
+    #: is refused while this one is alive. Persisted, so a daemon restart keeps it.
+    instance_id: str = ""
 
     @property
     def allocatable(self) -> Resources:
