@@ -1,34 +1,103 @@
-"""The scheduling core: one round = the policy orders, the mechanism packs.
+"""The scheduling core: one round = filters pick the servers, the policy orders, the mechanism packs.
 
 Pure and deterministic: no clock, no threads, no I/O. The daemon calls `Scheduler.schedule`
 at every round boundary with the real time; the simulator calls it with simulated time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
 
 from synergy.scheduler.mechanisms.base import Mechanism
-from synergy.scheduler.model import JobKind, RoundInput, RoundOutput, ServerPool
+from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
+from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.policies.base import Policy
+
+#: At most this many filter reasons are quoted in one waiting reason.
+MAX_REASONS = 3
 
 
 @dataclass(frozen=True)
 class Scheduler:
     policy: Policy
     mechanism: Mechanism
+    #: Which servers may host what this round (placement/filters.py), run on every server.
+    filters: tuple[Filter, ...] = DEFAULT_FILTERS
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans, CODA CPU arrays) and job kinds get their own
         # passes here; this release schedules fixed-size training jobs on training servers.
-        cluster = inp.cluster
-        training = tuple(s for s in cluster.servers if s.pool == ServerPool.TRAINING)
-        if len(training) != len(cluster.servers):
-            cluster = type(cluster)(training)
+        verdicts = {s.id: run_filters(self.filters, s, inp) for s in inp.cluster.servers}
         jobs = [j for j in inp.jobs if j.kind == JobKind.TRAINING]
-        ordered = self.policy.order(jobs, inp.now_s, cluster)
-        out = self.mechanism.allocate(ordered, RoundInput(inp.now_s, cluster, ordered, inp.previous, inp.round_s))
-        waiting = dict(out.waiting)
-        for j in inp.jobs:
-            if j.kind != JobKind.TRAINING:
-                waiting[j.id] = f"job kind {j.kind.value!r} is not scheduled by this release"
-        return RoundOutput(out.allocations, waiting, out.reverted)
+        kept = _kept_in_place(jobs, inp.previous, verdicts)
+        cluster = _open_cluster(inp.cluster, verdicts, kept)
+        out = RoundOutput({})
+        if cluster.servers:  # policies and mechanisms may assume at least one server
+            ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
+            out = self.mechanism.allocate(ordered, replace(inp, cluster=cluster, jobs=ordered))
+        allocations = {**out.allocations, **kept}
+        return RoundOutput(allocations, _waiting(inp.jobs, allocations, out.waiting, verdicts, cluster), out.reverted)
+
+
+def _kept_in_place(
+    jobs: Sequence[Job], previous: Mapping[int, Allocation], verdicts: Mapping[str, Verdict]
+) -> dict[int, Allocation]:
+    """Running jobs with a share on a HELD server (and none on a closed or unknown one):
+    they keep their whole previous allocation, untouched by the mechanism."""
+    kept: dict[int, Allocation] = {}
+    for job in jobs:
+        prev = previous.get(job.id)
+        if prev is None or not prev.placements:
+            continue
+        admits = [verdicts[p.server_id].admit if p.server_id in verdicts else Admit.NONE for p in prev.placements]
+        if Admit.HELD in admits and Admit.NONE not in admits:
+            kept[job.id] = prev
+    return kept
+
+
+def _open_cluster(cluster: Cluster, verdicts: Mapping[str, Verdict], kept: Mapping[int, Allocation]) -> Cluster:
+    """The servers that take new work, less what kept jobs hold on them."""
+    held: dict[str, Resources] = {}
+    for alloc in kept.values():
+        for p in alloc.placements:
+            held[p.server_id] = held.get(p.server_id, Resources()) + p.resources
+    servers = []
+    for s in cluster.servers:
+        if verdicts[s.id].admit != Admit.ANY:
+            continue
+        if s.id in held:
+            left = s.capacity - held[s.id]
+            s = replace(s, capacity=Resources(max(0.0, left.gpus), max(0.0, left.cpus), max(0.0, left.mem_gb)))
+        servers.append(s)
+    if len(servers) == len(cluster.servers) and not held:
+        return cluster  # the common case: the very same object, so cached totals survive
+    return Cluster(tuple(servers))
+
+
+def _waiting(
+    jobs: Sequence[Job],
+    allocations: Mapping[int, Allocation],
+    decided: Mapping[int, str],
+    verdicts: Mapping[str, Verdict],
+    cluster: Cluster,
+) -> dict[int, str]:
+    """Why each job without an allocation waits: the filters' reasons when they are the
+    cause (no server left, or too few GPUs on those left), else the mechanism's."""
+    closed = [v.reason for v in verdicts.values() if v.admit != Admit.ANY]
+    note = "; ".join(closed[:MAX_REASONS]) + (f"; and {len(closed) - MAX_REASONS} more" if len(closed) > MAX_REASONS else "")
+    total = cluster.total.gpus if cluster.servers else 0.0
+    waiting: dict[int, str] = {}
+    for j in jobs:
+        if j.id in allocations:
+            continue
+        if j.kind != JobKind.TRAINING:
+            waiting[j.id] = f"job kind {j.kind.value!r} is not scheduled by this release"
+        elif not cluster.servers:
+            waiting[j.id] = f"no schedulable node: {note or 'none registered'}"
+        elif j.gpus > total + EPS:
+            waiting[j.id] = f"needs {j.gpus} GPUs; the schedulable nodes have {total:g} in total" + (
+                f" ({note})" if note else ""
+            )
+        else:
+            waiting[j.id] = decided.get(j.id, "not chosen this round")
+    return waiting

@@ -7,6 +7,7 @@ the answer back, which is what lets the simulator replay exactly what the daemon
 from __future__ import annotations
 
 import enum
+import math
 from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -59,11 +60,28 @@ class ServerPool(str, enum.Enum):
     CPU_ONLY = "cpu_only"
 
 
+class AdminState(str, enum.Enum):
+    """What an administrator set on a server (the daemon persists it; `synergy cordon`).
+
+    READY takes new work; CORDONED keeps its running jobs where they are but takes nothing
+    new; DRAINING runs nothing (its jobs are moved). The filters in `placement/filters.py`
+    turn it into scheduling decisions, so the simulator can replay a cordon too.
+    """
+
+    READY = "ready"
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+
+
 @dataclass(frozen=True)
 class Server:
     id: str
     capacity: Resources
     pool: ServerPool = ServerPool.TRAINING
+    admin: AdminState = AdminState.READY
+    #: When the server last proved alive (the daemon: its agent's last heartbeat), on the
+    #: same time axis as `RoundInput.now_s`; None = liveness not tracked (the simulator).
+    last_heartbeat_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +209,9 @@ class RoundInput:
     #: Last round's allocations, for placement plug-ins that prefer not to migrate.
     previous: Mapping[int, Allocation] = field(default_factory=dict)
     round_s: float = 300.0
+    #: A server whose `last_heartbeat_s` is older than this (relative to `now_s`) gets no
+    #: new work: it may be dead, and the leases of its jobs expire before it is declared lost.
+    heartbeat_window_s: float = math.inf
 
 
 @dataclass(frozen=True)

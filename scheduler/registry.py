@@ -1,6 +1,7 @@
-"""Names users type (`--policy`, `--mechanism`) mapped to plug-ins, in one place."""
+"""Names users type (`--policy`, `--mechanism`, `--scorer`) mapped to plug-ins, in one place."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from synergy.scheduler.core import Scheduler
@@ -8,7 +9,7 @@ from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.mechanisms.greedy import Greedy
 from synergy.scheduler.mechanisms.proportional import Proportional
 from synergy.scheduler.mechanisms.tune import Tune
-from synergy.scheduler.placement.scorers import alignment
+from synergy.scheduler.placement.scorers import SCORERS, alignment
 from synergy.scheduler.policies.base import Policy
 from synergy.scheduler.policies.drf import Drf
 from synergy.scheduler.policies.fifo import Fifo
@@ -37,13 +38,24 @@ class UnknownNameError(ValueError):
     pass
 
 
-def build_scheduler(policy: str, mechanism: str) -> Scheduler:
+def check_scorer(scorer: str | None) -> None:
+    """Raises UnknownNameError unless `scorer` is None/"" (the mechanism's own) or in SCORERS."""
+    if scorer and scorer not in SCORERS:
+        raise UnknownNameError(f"unknown scorer {scorer!r}; choose one of {', '.join(SCORERS)}")
+
+
+def build_scheduler(policy: str, mechanism: str, scorer: str | None = None) -> Scheduler:
+    """The named plug-ins; `scorer` None (or "") keeps each mechanism's own scorer (best fit
+    for TUNE and proportional, first fit for GREEDY, alignment for Tetris + GREEDY)."""
     if policy not in POLICIES:
         raise UnknownNameError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if mechanism not in MECHANISMS:
         raise UnknownNameError(f"unknown mechanism {mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    check_scorer(scorer)
     mech = MECHANISMS[mechanism]()
-    if policy == "tetris" and mechanism == "greedy":
+    if scorer:
+        mech = replace(mech, scorer=SCORERS[scorer])  # type: ignore[type-var]
+    elif policy == "tetris" and mechanism == "greedy":
         # Naive Tetris places by alignment; the tuned variant keeps TUNE's best fit.
         mech = Greedy(scorer=alignment)
     return Scheduler(POLICIES[policy](), mech)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -318,9 +319,16 @@ class FakeAgent:
         cpus: float = 24,
         mem_gb: float = 256,
         reserved: tuple[float, float, float] = (0, 0, 0),
+        instance_id: str | None = None,
     ) -> None:
         self.address = address
         self.node_id = node_id
+        #: One per agent lifetime, as the real agent does; pass "" for a legacy agent (none sent).
+        self.instance_id = uuid.uuid4().hex if instance_id is None else instance_id
+        #: Set when the daemon answered "superseded": the agent stopped its tasks and its loop.
+        self.superseded = threading.Event()
+        #: Messages of refused registrations (ALREADY_EXISTS), retried like a real agent does.
+        self.refusals: list[str] = []
         self.channel = channel(address)
         self.stub = node_pb2_grpc.NodeServiceStub(self.channel)
         self.md = md(token)
@@ -401,6 +409,7 @@ class FakeAgent:
                 ],
                 tasks=self._statuses(),
                 agent_version="fake-1",
+                instance_id=self.instance_id,
             ),
             metadata=self.md,
             timeout=RPC_TIMEOUT,
@@ -423,6 +432,7 @@ class FakeAgent:
                             node_id=self.node_id,
                             tasks=self._statuses(),
                             telemetry=common_pb2.NodeTelemetry(collected_at_unix_s=time.time(), cpu_util_pct=10),
+                            instance_id=self.instance_id,
                         ),
                         metadata=self.md,
                         timeout=RPC_TIMEOUT,
@@ -432,6 +442,14 @@ class FakeAgent:
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     self.registered = False
+                elif exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                    self.refusals.append(exc.details() or "")
+                elif exc.code() == grpc.StatusCode.FAILED_PRECONDITION and (exc.details() or "").startswith("superseded"):
+                    with self.lock:  # another instance owns the node now: stop everything, exit
+                        for t in self.tasks.values():
+                            t.killed.set()
+                    self.superseded.set()
+                    return
                 elif exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     raise
             self.stop_event.wait(self.interval)

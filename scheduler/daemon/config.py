@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from synergy.scheduler.daemon.statedir import default_state_dir
+from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.registry import MECHANISMS, POLICIES
 
 
@@ -30,6 +31,8 @@ class DaemonConfig:
     metrics_port: int | None = None
     policy: str = "fifo"
     mechanism: str = "tune"
+    #: Placement scorer by name ("" = the mechanism's own: best fit for tune).
+    scorer: str = ""
     round_s: float = 300.0
     max_job_gpus: int = 64
     profiles: Path | None = None
@@ -68,6 +71,13 @@ class DaemonConfig:
         return self.node_timeout_s if self.node_timeout_s is not None else max(3 * self.heartbeat_interval_s, 3.0)
 
     @property
+    def heartbeat_window(self) -> float:
+        """A node silent this long gets no new work (two missed heartbeats, at least 1 s, at
+        most the node timeout): shorter than the lease grace, so the jobs of a silent node
+        are not placed back on it between their lease expiry and the node's timeout."""
+        return min(self.node_timeout, max(2 * self.heartbeat_interval_s, 1.0))
+
+    @property
     def launch_timeout(self) -> float:
         """Time from a launch decision to the first renewal of every rank."""
         return self.launch_timeout_s if self.launch_timeout_s is not None else max(120.0, self.round_s)
@@ -93,6 +103,7 @@ HELP: dict[str, str] = {
     "config": "TOML file with any of these settings (keys are flag names); flags win over the file",
     "policy": f"scheduling policy: {', '.join(POLICIES)} (default fifo; changeable at runtime)",
     "mechanism": f"allocation mechanism: {', '.join(MECHANISMS)} (default tune)",
+    "scorer": f"placement scorer: {', '.join(SCORERS)} (default: the mechanism's own, best_fit for tune)",
     "round_s": "round length in seconds: allocations are decided and leases expire per round (default 300)",
     "max_job_gpus": "largest GPU count one job may request; larger requests are rejected (default 64)",
     "profiles": "JSON sensitivity-profile file merged over the built-in model zoo",
@@ -144,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
             else "SECONDS"
             if name.endswith("_s")
             else "NAME"
-            if name in ("policy", "mechanism")
+            if name in ("policy", "mechanism", "scorer")
             else "N"
             if convert is not str
             else name.split("_")[-1].upper()
@@ -203,6 +214,8 @@ def _validate(c: DaemonConfig) -> None:
         raise ConfigError(f"--policy: unknown policy {c.policy!r}; choose one of {', '.join(POLICIES)}")
     if c.mechanism not in MECHANISMS:
         raise ConfigError(f"--mechanism: unknown mechanism {c.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    if c.scorer and c.scorer not in SCORERS:
+        raise ConfigError(f"--scorer: unknown scorer {c.scorer!r}; choose one of {', '.join(SCORERS)}")
     for flag, port in (("port", c.port), ("metrics-port", c.metrics_port), ("agent-port", c.agent_port)):
         if port is not None and not 0 <= int(port) <= 65535:
             raise ConfigError(f"--{flag} must be between 0 and 65535, got {port}")

@@ -43,6 +43,11 @@ class Metrics:
         self.rpc_errors = Counter(
             "synergyd_rpc_errors", "RPCs answered with an error, by method and code.", ["method", "code"], registry=r
         )
+        self.foreign_task_reports = Counter(
+            "synergyd_foreign_task_reports",
+            "Task exits reported by a node the task was not placed on (ignored).",
+            registry=r,
+        )
         self.transitions = Counter(
             "synergyd_job_transitions", "Job lifecycle transitions, by target state.", ["to"], registry=r
         )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from synergy.scheduler.daemon.context import DaemonContext
-from synergy.scheduler.daemon.errors import NotFound
+from synergy.scheduler.daemon.errors import AlreadyExists, FailedPrecondition, NotFound
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.live import NodeLive, ObservedTask, TaskKey
 from synergy.scheduler.daemon.logs import event
@@ -54,6 +54,7 @@ class NodeBook:
             old = ctx.store.node(incoming.id)
             node = incoming
             if old is not None:  # a cordon or drain outlives agent restarts
+                self._check_takeover(old, incoming, now)
                 node = replace(
                     incoming,
                     admin_state=old.admin_state,
@@ -81,10 +82,42 @@ class NodeBook:
             instructions, forget = self.reconciler.reconcile(node.id)
             return NodeReply(self.view(node), instructions, forget)
 
-    def heartbeat(self, node_id: str, telemetry: Mapping[str, Any], tasks: Sequence[ObservedTask]) -> NodeReply:
+    def _check_takeover(self, old: NodeRecord, incoming: NodeRecord, now: float) -> None:
+        """Refuse a node id that another live agent instance holds; when that instance has
+        timed out, treat its node as lost first (its tasks are unknown, so its jobs are
+        requeued rather than launched a second time by the newcomer).
+
+        A legacy record (no instance id) gives no protection, as the protocol says.
+        """
+        if not old.instance_id or incoming.instance_id == old.instance_id:
+            return
+        ctx = self.ctx
+        live = ctx.live.nodes.get(old.id)
+        # Not heard from since this daemon started: the persisted instance gets a full timeout.
+        silent = now - (live.last_heartbeat if live is not None else ctx.started_at)
+        if not (live is not None and live.lost) and silent <= ctx.config.node_timeout:
+            event(ctx.log, "node.duplicate_refused", node=old.id, hostname=incoming.hostname, silent_s=round(silent, 1))
+            raise AlreadyExists(
+                f"node_id: node {old.id!r} is registered by another agent instance (host {old.hostname!r}) "
+                f"that is alive, last heard {silent:.1f} s ago; stop that agent, or wait for it to miss "
+                f"heartbeats for {ctx.config.node_timeout:g} s"
+            )
+        if live is None or not live.lost:
+            self._lose(old.id, f"node {old.id} lost: its agent was replaced after {silent:.1f} s of silence")
+        event(ctx.log, "node.taken_over", node=old.id, hostname=incoming.hostname)
+
+    def heartbeat(
+        self, node_id: str, telemetry: Mapping[str, Any], tasks: Sequence[ObservedTask], instance_id: str = ""
+    ) -> NodeReply:
         ctx = self.ctx
         with ctx.lock:
             node = ctx.store.node(node_id)
+            if node is not None and instance_id != node.instance_id:
+                event(ctx.log, "node.superseded", node=node_id)
+                raise FailedPrecondition(
+                    f"superseded: node {node_id!r} is now registered by another agent instance "
+                    f"(host {node.hostname!r}); stop this agent's tasks and exit"
+                )
             live = ctx.live.nodes.get(node_id)
             if node is None or live is None:
                 raise NotFound(f"node_id: node {node_id!r} is not registered (call RegisterNode)")
@@ -153,14 +186,19 @@ class NodeBook:
                 silent = now - live.last_heartbeat
                 if live.lost or silent <= ctx.config.node_timeout:
                     continue
-                live.lost, live.tasks = True, {}
                 lost.append(node.id)
                 event(ctx.log, "node.lost", node=node.id, silent_s=round(silent, 1))
-                why = f"node {node.id} lost: no heartbeat for {silent:.1f} s"
-                changes = [(j, self.jobs.preempt(j, why)) for j in self._jobs_on(node.id)]
-                if changes:
-                    ctx.save_jobs(changes)
+                self._lose(node.id, f"node {node.id} lost: no heartbeat for {silent:.1f} s")
         return lost
+
+    def _lose(self, node_id: str, why: str) -> None:
+        """The node's observed tasks are unknown from now on: requeue its jobs (caller holds the lock)."""
+        ctx = self.ctx
+        live = ctx.live.nodes.setdefault(node_id, NodeLive(last_heartbeat=ctx.started_at))
+        live.lost, live.tasks = True, {}
+        changes = [(j, self.jobs.preempt(j, why)) for j in self._jobs_on(node_id)]
+        if changes:
+            ctx.save_jobs(changes)
 
     # -- views ----------------------------------------------------------------------------------
     def state(self, node: NodeRecord) -> tuple[str, str]:
@@ -169,9 +207,10 @@ class NodeBook:
             return "lost", f"no heartbeat since {live.last_heartbeat:.0f}"
         return node.admin_state.value, node.admin_reason
 
-    def schedulable(self, node: NodeRecord) -> bool:
-        live = self.ctx.live.nodes.get(node.id)
-        return live is not None and not live.lost and node.admin_state != AdminState.DRAINING
+    def last_heard(self, node_id: str) -> float:
+        """When the node last heartbeated (this daemon's start when it has not yet)."""
+        live = self.ctx.live.nodes.get(node_id)
+        return live.last_heartbeat if live is not None else self.ctx.started_at
 
     def view(self, node: NodeRecord, jobs: list[JobRecord] | None = None) -> NodeView:
         """The node with its allocation; `jobs` (those placed on it) saves a scan when known."""

@@ -12,6 +12,7 @@ special path: the next heartbeat reconciles.
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 
 from synergy.scheduler.daemon.context import DaemonContext
@@ -44,6 +45,12 @@ class Instruction:
     placement: Placement | None = None
     master_hostname: str = ""
     stop_grace_s: float = 0.0
+
+
+def placed_on(job: JobRecord, rank: int, node_id: str) -> bool:
+    """Whether rank `rank` of the job's current attempt is placed on `node_id`: the only
+    node whose reports about that rank count."""
+    return 0 <= rank < len(job.placements) and job.placements[rank].server_id == node_id
 
 
 class Reconciler:
@@ -141,12 +148,17 @@ class Reconciler:
         ctx = self.ctx
         exited = [t for t in tasks.values() if t.phase == TaskPhase.EXITED]
         changes: dict[int, tuple[JobRecord, JobRecord]] = {}
+        foreign: set[TaskKey] = set()
         for t in exited:
             first = ctx.store.job(t.key.job_id)
             if first is None:
                 continue
             current = changes[first.id][1] if first.id in changes else first
             if t.key.attempt != current.attempt:
+                continue
+            if current.state == JobState.RUNNING and not placed_on(current, t.key.rank, node_id):
+                foreign.add(t.key)
+                self._foreign_report(node_id, current, t)
                 continue
             new = self.jobs.task_exited(current, t.key.rank, t.exit_code, node_id, t.message)
             if new is not None and new != current:
@@ -166,9 +178,26 @@ class Reconciler:
         forget = []
         for t in exited:
             job = ctx.store.job(t.key.job_id)
-            if job is None or job.state != JobState.RUNNING or job.attempt != t.key.attempt:
+            if job is None or job.state != JobState.RUNNING or job.attempt != t.key.attempt or t.key in foreign:
                 forget.append(t.key)
         return forget
+
+    def _foreign_report(self, node_id: str, job: JobRecord, t: ObservedTask) -> None:
+        """A node reported the exit of a rank placed elsewhere: ignored (it would end
+        another node's job), told to forget it, logged and counted."""
+        placed = job.placements[t.key.rank].server_id if t.key.rank < len(job.placements) else "nowhere"
+        self.ctx.metrics.foreign_task_reports.inc()
+        event(
+            self.ctx.log,
+            "task.foreign_report",
+            logging.WARNING,
+            node=node_id,
+            job=t.key.job_id,
+            attempt=t.key.attempt,
+            rank=t.key.rank,
+            placed_on=placed,
+            exit_code=t.exit_code,
+        )
 
     def _unwanted(self, key: TaskKey, now: float) -> str:
         """Why a running task must stop ("" = leave it alone for now)."""

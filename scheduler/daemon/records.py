@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 from synergy.scheduler.jobspec import JobSpec
-from synergy.scheduler.model import Placement, Resources
+# AdminState is the core's (model.py): what an admin set on a node, which the filters read;
+# liveness (lost or not) is tracked separately, in live.py.
+from synergy.scheduler.model import AdminState, Placement, Resources
 
 __all__ = ["AdminState", "JobRecord", "JobSpec", "JobState", "NodeRecord", "Transition"]
 
@@ -44,14 +46,6 @@ ALLOWED: dict[JobState | None, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
-
-
-class AdminState(str, enum.Enum):
-    """What an admin set on a node; liveness (lost or not) is tracked separately."""
-
-    READY = "ready"
-    CORDONED = "cordoned"
-    DRAINING = "draining"
 
 
 @dataclass(frozen=True)
@@ -141,6 +135,9 @@ class NodeRecord:
     gpus: tuple[Mapping[str, Any], ...] = ()
     agent_version: str = ""
     registered_at: float = 0.0
+    #: The agent process that registered the node ("" = a legacy agent): another instance
+    #: is refused while this one is alive. Persisted, so a daemon restart keeps it.
+    instance_id: str = ""
 
     @property
     def allocatable(self) -> Resources:

@@ -24,8 +24,8 @@ from synergy.scheduler.daemon.errors import InvalidArgument
 from synergy.scheduler.daemon.jobs import JobBook, fmt_placements, same_share
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
-from synergy.scheduler.daemon.records import AdminState, JobRecord, JobState, NodeRecord
-from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources, RoundInput, Server
+from synergy.scheduler.daemon.records import JobRecord, JobState
+from synergy.scheduler.model import Allocation, Cluster, Job, Placement, RoundInput, Server
 from synergy.scheduler.registry import UnknownNameError, build_scheduler
 
 #: Training length assumed for a job that did not say (orders it last under SRTF / FTF).
@@ -55,7 +55,7 @@ class RoundLoop:
     def __post_init__(self) -> None:
         self.policy = self.ctx.store.setting("policy") or self.ctx.config.policy
         self.mechanism = self.ctx.store.setting("mechanism") or self.ctx.config.mechanism
-        self.scheduler: Scheduler = build_scheduler(self.policy, self.mechanism)
+        self.scheduler: Scheduler = build_scheduler(self.policy, self.mechanism, self.ctx.config.scorer)
         if not self.next_boundary:
             self.next_boundary = self.ctx.clock.now() + self.ctx.config.round_s
 
@@ -63,7 +63,7 @@ class RoundLoop:
     def set_policy(self, policy: str, mechanism: str) -> tuple[str, str]:
         policy, mechanism = policy or self.policy, mechanism or self.mechanism
         try:
-            scheduler = build_scheduler(policy, mechanism)
+            scheduler = build_scheduler(policy, mechanism, self.ctx.config.scorer)
         except UnknownNameError as exc:
             raise InvalidArgument("mechanism" if "mechanism" in str(exc) else "policy", str(exc)) from None
         with self.ctx.lock:
@@ -86,71 +86,40 @@ class RoundLoop:
             while self.next_boundary <= now:
                 self.next_boundary += round_s
 
-    def snapshot(self) -> tuple[Cluster, list[JobRecord], dict[str, NodeRecord]]:
-        """Schedulable servers and active jobs as of now (caller holds the lock)."""
-        ctx = self.ctx
-        servers: list[Server] = []
-        cordoned: dict[str, NodeRecord] = {}
-        running = [j for j in ctx.store.active_jobs() if j.state == JobState.RUNNING]
-        for node in ctx.store.nodes():
-            if not self.nodes.schedulable(node):
-                continue
-            capacity = node.allocatable
-            if node.admin_state == AdminState.CORDONED:
-                held = Resources()
-                for j in running:
-                    if not j.stopping:
-                        for p in j.placements:
-                            if p.server_id == node.id:
-                                held = held + p.resources
-                capacity = held
-                cordoned[node.id] = node
-            servers.append(Server(node.id, capacity))
-        jobs = [j for j in ctx.store.active_jobs() if j.state in (JobState.QUEUED, JobState.RUNNING)]
-        return Cluster(tuple(servers)), jobs, cordoned
+    def snapshot(self) -> tuple[Cluster, list[JobRecord]]:
+        """Every node as the core sees it, and the active jobs, as of now (caller holds the lock).
+
+        Nodes are not filtered here: admin state and liveness travel as data on each
+        `Server`, and the core's filters (placement/filters.py) decide what they mean.
+        """
+        servers = [
+            Server(node.id, node.allocatable, admin=node.admin_state, last_heartbeat_s=self.nodes.last_heard(node.id))
+            for node in self.ctx.store.nodes()
+        ]
+        jobs = [j for j in self.ctx.store.active_jobs() if j.state in (JobState.QUEUED, JobState.RUNNING)]
+        return Cluster(tuple(servers)), jobs
 
     def plan(self) -> Plan:
         ctx = self.ctx
         with ctx.lock:
-            cluster, records, cordoned = self.snapshot()
+            cluster, records = self.snapshot()
             scheduler, index = self.scheduler, self.round_index + 1
             now = ctx.clock.now()
-            core_jobs = [self._core_job(j, cluster) for j in records] if cluster.servers else []
+            core_jobs = [self._core_job(j, cluster) for j in records]
+            # Jobs asked to stop are on their way out: they hold no place to keep.
             previous = {
-                j.id: Allocation(j.id, j.placements) for j in records if j.state == JobState.RUNNING and j.placements
+                j.id: Allocation(j.id, j.placements)
+                for j in records
+                if j.state == JobState.RUNNING and j.placements and not j.stopping
             }
         started = time.perf_counter()
-        if core_jobs:
-            out = scheduler.schedule(RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s))
-            allocations, waiting = dict(out.allocations), dict(out.waiting)
-        else:
-            allocations, waiting = {}, {}
+        inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.config.heartbeat_window)
+        out = scheduler.schedule(inp)
         decision_s = time.perf_counter() - started
         ctx.metrics.decision_seconds.observe(decision_s)
         self.last_decision_s = decision_s
-        by_id = {j.id: j for j in records}
-        placements: dict[int, tuple[Placement, ...]] = {}
-        for job_id, alloc in allocations.items():
-            blocked = [
-                p.server_id
-                for p in alloc.placements
-                if p.server_id in cordoned and not _holds(by_id[job_id], p.server_id, p.gpus)
-            ]
-            if blocked:
-                waiting[job_id] = f"would be placed on cordoned node {blocked[0]}"
-            else:
-                placements[job_id] = tuple(alloc.placements)
-        total_gpus = cluster.total.gpus
-        for j in records:
-            if j.id in placements:
-                continue
-            if not cluster.servers:
-                waiting[j.id] = "no schedulable node (none registered, all lost, or all draining)"
-            elif j.spec.gpus > total_gpus:
-                waiting[j.id] = f"needs {j.spec.gpus} GPUs; the schedulable nodes have {total_gpus:g} in total"
-            else:
-                waiting.setdefault(j.id, "not chosen this round")
-        return Plan(index, now, decision_s, frozenset(by_id), placements, waiting)
+        placements = {job_id: tuple(alloc.placements) for job_id, alloc in out.allocations.items()}
+        return Plan(index, now, decision_s, frozenset(j.id for j in records), placements, dict(out.waiting))
 
     def apply(self, plan: Plan) -> None:
         ctx = self.ctx
@@ -217,10 +186,6 @@ class RoundLoop:
             done_iterations=float(steps),
             attained_gpu_s=attained,
         )
-
-
-def _holds(job: JobRecord, node_id: str, gpus: int) -> bool:
-    return job.state == JobState.RUNNING and any(p.server_id == node_id and p.gpus == gpus for p in job.placements)
 
 
 def _same_gpus(a: Sequence[Placement], b: Sequence[Placement]) -> bool:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.registry import MECHANISMS, POLICIES
 from synergy.scheduler.simulator.engine import DEFAULT_ROUND_S
 from synergy.scheduler.simulator.errors import SimInputError
@@ -86,6 +87,9 @@ def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) ->
         g.add_argument("--mechanisms", default="proportional,greedy,tune",
                        help=f"comma-separated mechanisms among {', '.join(MECHANISMS)} "
                             "(default proportional,greedy,tune)")
+    g.add_argument("--scorer", choices=list(SCORERS), default=None,
+                   help="placement scorer (default: the mechanism's own, best_fit for tune; "
+                        "the same names as synergyd --scorer)")
     g.add_argument("--round-s", type=float, default=DEFAULT_ROUND_S,
                    help=f"scheduling round length in seconds (default {DEFAULT_ROUND_S:g})")
     g.add_argument("--opt-placement-limit", type=float, default=DEFAULT_OPT_PLACEMENT_LIMIT, metavar="SECONDS",
@@ -189,6 +193,7 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         mem_per_server=args.mem_per_server,
         policy=args.policy,
         mechanism=getattr(args, "mechanism", mechanism),
+        scorer=args.scorer,
         load=9.0 if getattr(args, "load", None) is None else args.load,
         jobs=args.jobs,
         multi_gpu=bool(args.multi_gpu),

@@ -71,6 +71,8 @@ class RunSpec:
     #: Synergy-OPT's CP-SAT budget for program 2 (placement), in solver seconds; see
     #: DEFAULT_OPT_PLACEMENT_LIMIT. Other mechanisms ignore it.
     opt_placement_limit: float = DEFAULT_OPT_PLACEMENT_LIMIT
+    #: Placement scorer by name (placement/scorers.py SCORERS); None = the mechanism's own.
+    scorer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def build(spec: RunSpec) -> Scheduler:
     The registry builds OPT with its library defaults (what the daemon runs); the simulator
     only overrides `placement_limit`, keeping every other setting the registry chose.
     """
-    scheduler = build_scheduler(spec.policy, spec.mechanism)
+    scheduler = build_scheduler(spec.policy, spec.mechanism, spec.scorer)
     if spec.mechanism == "opt":
         mechanism = replace(scheduler.mechanism, placement_limit=spec.opt_placement_limit)  # type: ignore[type-var]
         scheduler = replace(scheduler, mechanism=mechanism)

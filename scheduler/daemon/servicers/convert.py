@@ -123,6 +123,7 @@ def node_from_register(m: node_pb2.RegisterNodeRequest) -> NodeRecord:
         reserved=resources_from_msg(m.reserved),
         gpus=tuple(MessageToDict(g, preserving_proto_field_name=True) for g in m.gpus),
         agent_version=m.agent_version,
+        instance_id=m.instance_id,
     )
 
 

@@ -48,6 +48,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         validation.node_id(request.node_id)
         validation.text(request.hostname, "hostname", 256)
         validation.text(request.agent_version, "agent_version", 64)
+        validation.text(request.instance_id, "instance_id", 128)
         validation.count(request.gpus, "gpus", validation.MAX_GPUS_PER_NODE)
         record = convert.node_from_register(request)
         validation.node_resources(record.capacity, record.reserved)
@@ -66,11 +67,13 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         self, request: node_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> node_pb2.HeartbeatResponse:
         validation.node_id(request.node_id)
+        validation.text(request.instance_id, "instance_id", 128)
         validation.count(request.telemetry.gpus, "telemetry.gpus", validation.MAX_GPUS_PER_NODE)
         reply = self.nodes.heartbeat(
             request.node_id,
             convert.telemetry_from_msg(request.telemetry),
             self._tasks(list(request.tasks), request.node_id),
+            request.instance_id,
         )
         instructions, forget = self._reply(reply)
         return node_pb2.HeartbeatResponse(
