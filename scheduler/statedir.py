@@ -73,6 +73,10 @@ class DatabaseDamaged(StateDirError):
     """The database is unreadable, fails its integrity check, is not synergyd's, or is missing."""
 
 
+class WrongSchemaVersion(StateDirError):
+    """A synergyd database of a schema version this synergy does not read."""
+
+
 def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
@@ -257,7 +261,7 @@ def verify_database(conn: sqlite3.Connection, path: Path, *, full: bool) -> Data
         if found is None:
             raise DatabaseDamaged(f"{path} is not a synergyd database (no schema_version setting)")
         if found[0] != SCHEMA_VERSION:
-            raise StateDirError(f"{path}: schema version {found[0]}, this synergy reads {SCHEMA_VERSION}")
+            raise WrongSchemaVersion(f"{path}: schema version {found[0]}, this synergy reads {SCHEMA_VERSION}")
         jobs = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
         nodes = conn.execute("SELECT count(*) FROM nodes").fetchone()[0]
     except sqlite3.DatabaseError as exc:
@@ -334,7 +338,8 @@ def restore_database(state_dir: Path, backup: Path) -> DatabaseSummary:
     """Replace the state dir's database with `backup`, offline; tokens and everything else stay.
 
     Holds the state dir lock throughout (StateDirLocked while a synergyd runs). The backup
-    is checked in full first (DatabaseDamaged: nothing changes), copied into the dir and
+    is checked in full first (DatabaseDamaged, WrongSchemaVersion, or StateDirError when it
+    is not a file: nothing changes), copied into the dir and
     checked again, then swapped in by rename; the old database and its WAL are kept as
     `synergyd.sqlite.before-restore` (+ `-wal`), never mixed with the new file.
     """

@@ -203,4 +203,5 @@ class App:
         if self.store is not None:
             self.store.close()
         self.state_dir.close()
-        event(self.log, "synergyd.stopped")
+        if self.servers is not None:  # a refused start says so in one line, not two
+            event(self.log, "synergyd.stopped")
