@@ -17,9 +17,6 @@ import pytest
 from statedir_helpers import run_synergyd
 from synergyd_harness import DaemonProcess
 
-from synergy.scheduler import statedir
-from synergy.scheduler.statedir import StateDirError, tighten_permissions
-
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
@@ -52,6 +49,9 @@ def test_tight_modes_are_left_alone_without_a_word(tmp_path: Path) -> None:
 def test_a_mode_that_cannot_be_tightened_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Not the owner: chmod fails with EPERM. (Tests run as root, who may chmod anything,
     # and a second user cannot run this virtualenv's interpreter here, so it is injected.)
+    from synergy.scheduler import statedir
+    from synergy.scheduler.statedir import StateDirError, tighten_permissions
+
     os.chmod(tmp_path, 0o700)
     (tmp_path / "admin.token").write_text("x" * 43)
     os.chmod(tmp_path / "admin.token", 0o644)

@@ -21,9 +21,6 @@ import pytest
 from statedir_helpers import Outcome, run_synergyd
 from synergyd_harness import DaemonProcess
 
-from synergy.scheduler import statedir
-from synergy.scheduler.statedir import StateDirError, ensure_token
-
 TOKENS = ("admin.token", "cluster.token")
 
 
@@ -117,6 +114,9 @@ def test_tokens_that_do_not_fit_leave_nothing_partial(small_disk, database_witho
 
 
 def test_an_injected_write_failure_leaves_no_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from synergy.scheduler import statedir
+    from synergy.scheduler.statedir import StateDirError, ensure_token
+
     path = tmp_path / "admin.token"
 
     def full_disk(fd: int) -> None:
