@@ -142,3 +142,23 @@ def test_an_empty_token_left_by_an_older_synergyd_is_replaced(tmp_path: Path) ->
     assert "was empty" in outcome.stderr and '"level":"warning"' in outcome.stderr
     assert len((state / "cluster.token").read_text().strip()) >= 16
     assert (state / "admin.token").read_text() == admin  # a good token is never replaced
+
+
+def test_a_disk_that_fills_while_running_heals_without_a_restart(small_disk, start_daemon) -> None:
+    """Guard for the documented behaviour (docs/daemon.md): writes answer UNAVAILABLE, nothing is lost."""
+    import grpc
+
+    disk = small_disk(2048)
+    daemon = start_daemon("--log-level", "warning", state_dir=disk / "state")
+    admin = daemon.admin()
+    for i in range(5):
+        admin.submit(f"before{i}")
+    filler = fill(disk, 0)
+    with pytest.raises(grpc.RpcError) as full:
+        admin.submit("while-full")
+    assert full.value.code() == grpc.StatusCode.UNAVAILABLE and "disk is full" in full.value.details()
+    filler.unlink()
+    admin.submit("after")
+    assert [j.name for j in admin.jobs()] == [*(f"before{i}" for i in range(5)), "after"]
+    admin.close()
+    assert daemon.alive()

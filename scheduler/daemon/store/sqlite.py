@@ -117,11 +117,16 @@ class SqliteStore(MemoryStore):
             try:
                 for sql, args in statements:
                     cur.execute(sql, args)
+                cur.execute("COMMIT")
             except BaseException:
+                # Also when COMMIT itself failed (a full disk): a transaction left open would
+                # make every later BEGIN fail, long after space is back.
                 if self._db.in_transaction:
-                    cur.execute("ROLLBACK")
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
                 raise
-            cur.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             if is_corruption(exc) and self.damaged is None:
                 self.damaged = exc
