@@ -37,7 +37,7 @@ from pathlib import Path
 import grpc
 import psutil
 
-from synergy.scheduler.daemon.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, CLUSTER_TOKEN_FILE
+from synergy.scheduler.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, CLUSTER_TOKEN_FILE
 from synergy.scheduler.profiles.zoo import default_profiles
 from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import grpc
 
 from synergy.scheduler.cli.errors import CliError, ExitCode, from_rpc_error, transport_failure
-from synergy.scheduler.daemon.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, default_state_dir
+from synergy.scheduler.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, default_state_dir
 from synergy.v1 import admin_pb2_grpc
 
 DEFAULT_TIMEOUT_S = 10.0

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from synergy.scheduler.cli.commands import cluster, jobs, nodes
+from synergy.scheduler.cli.commands import admin, cluster, jobs, nodes
 from synergy.scheduler.cli.connection import DEFAULT_TIMEOUT_S, Client, resolve_target
 from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import emit
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(sub)
     nodes.register(sub)
     cluster.register(sub)
+    admin.register(sub)
     _add_to_commands(parser)
     return parser
 

@@ -7,7 +7,10 @@ order that is safe: lock the state dir, open the store, recover, then listen.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sqlite3
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -30,7 +33,8 @@ from synergy.scheduler.daemon.server import LoopThread, Servers, build
 from synergy.scheduler.daemon.servicers.admin_servicer import VERSION, AdminServicer
 from synergy.scheduler.daemon.servicers.job_servicer import JobServicer
 from synergy.scheduler.daemon.servicers.node_servicer import NodeServicer
-from synergy.scheduler.daemon.statedir import (
+from synergy.scheduler.daemon.store import StateStore, open_store
+from synergy.scheduler.statedir import (
     ADDRESS_FILE,
     ADMIN_TOKEN_FILE,
     AGENT_ADDRESS_FILE,
@@ -38,7 +42,6 @@ from synergy.scheduler.daemon.statedir import (
     METRICS_ADDRESS_FILE,
     StateDir,
 )
-from synergy.scheduler.daemon.store import open_store
 
 
 @dataclass
@@ -93,16 +96,25 @@ class App:
         self.loop: LoopThread | None = None
         self.metrics_server: MetricsServer | None = None
         self.events: EventLoop | None = None
+        self.store: StateStore | None = None
         self.address = ""
+        #: Set to stop the daemon (signals, or a damaged database); main waits on it.
+        self.stopping = threading.Event()
+        #: Why the database stopped being usable while running (main then exits with code 3).
+        self.damaged: str | None = None
 
     def start(self, event_types: Sequence[type[PeriodicEvent]]) -> None:
         cfg = self.config
-        self.state_dir.open()
-        admin_token = self.state_dir.token(cfg.admin_token_file, ADMIN_TOKEN_FILE)
-        cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE)
+        warn = self._warn_state_dir
+        self.state_dir.open(warn)
+        # The database before the tokens: a start that dies in between (a full disk) leaves
+        # a database without tokens, which the next start completes, never tokens without it.
+        self.store = open_store(cfg.state_dir, self._database_damaged)
+        admin_token = self.state_dir.token(cfg.admin_token_file, ADMIN_TOKEN_FILE, warn)
+        cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE, warn)
         self.started_at = self.clock.now()
         self.ctx = ctx = DaemonContext(
-            cfg, self.clock, open_store(cfg.state_dir), ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log
+            cfg, self.clock, self.store, ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log
         )
         logic = Logic.build(ctx)
         self.jobs, self.reconciler, self.nodes = logic.jobs, logic.reconciler, logic.nodes
@@ -148,7 +160,31 @@ class App:
         )
 
     def healthy(self) -> bool:
-        return self.servers is not None and self.events is not None and self.events.alive
+        return self.servers is not None and self.events is not None and self.events.alive and self.damaged is None
+
+    def _warn_state_dir(self, message: str) -> None:
+        event(self.log, "statedir.warning", logging.WARNING, message=message)
+
+    def _database_damaged(self, exc: sqlite3.DatabaseError) -> None:
+        """A write found the database damaged: say so loudly, stop serving, and exit (code 3).
+
+        Answering UNAVAILABLE forever would look like a transient fault; exiting lets a
+        supervisor notice, and the next start refuses with the integrity check's finding
+        until the database is restored (docs/daemon.md, "Damaged or full state dir").
+        May run on any thread, the gRPC loop's included, so it only schedules and signals.
+        """
+        self.damaged = f"database {self.state_dir.database} is damaged ({exc})"
+        event(
+            self.log,
+            "store.damaged",
+            logging.CRITICAL,
+            error=str(exc),
+            database=str(self.state_dir.database),
+            action="health NOT_SERVING; stopping with exit code 3; restore a backup (synergy admin restore)",
+        )
+        if self.servers is not None and self.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.servers.set_serving(False), self.loop.loop)
+        self.stopping.set()
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Graceful: stop answering, finish in-flight RPCs, persist progress, release the dir."""
@@ -160,11 +196,12 @@ class App:
         if self.events is not None:
             self.events.stop()
             for ev in self.events.events:
-                if ev.name == "progress-flush":
+                if ev.name == "progress-flush" and self.damaged is None:
                     self.events.run_one(ev)
         if self.metrics_server is not None:
             self.metrics_server.stop()
-        if hasattr(self, "ctx"):
-            self.ctx.store.close()
+        if self.store is not None:
+            self.store.close()
         self.state_dir.close()
-        event(self.log, "synergyd.stopped")
+        if self.servers is not None:  # a refused start says so in one line, not two
+            event(self.log, "synergyd.stopped")

@@ -14,13 +14,17 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from synergy.scheduler.daemon.statedir import default_state_dir
 from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.registry import MECHANISMS, POLICIES
+from synergy.scheduler.statedir import default_state_dir
 
 
 class ConfigError(ValueError):
     """One line naming the flag (or TOML key) and what is wrong with it."""
+
+
+#: gRPC takes message limits as a signed 32-bit byte count: 2047 MiB is the largest whole MiB.
+MAX_MESSAGE_MB_RANGE = (1, 2047)
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,8 @@ HELP: dict[str, str] = {
     "stop_timeout_s": "time a job asked to stop has to checkpoint and exit before its agent kills it "
     "(default: max(120, round/2))",
     "plan_lead_s": "decide the next round this long before its boundary (default: round/10, at most 30)",
-    "max_message_mb": "largest gRPC message accepted, in MiB (default 4)",
+    "max_message_mb": f"largest gRPC message accepted, in MiB, {MAX_MESSAGE_MB_RANGE[0]} to "
+    f"{MAX_MESSAGE_MB_RANGE[1]} (default 4)",
     "log_level": "debug, info, warning or error (default info)",
     "log_format": "json (one object per line, default) or text",
 }
@@ -224,7 +229,11 @@ def _validate(c: DaemonConfig) -> None:
     positive("node-timeout-s", c.node_timeout_s)
     positive("launch-timeout-s", c.launch_timeout_s)
     positive("stop-timeout-s", c.stop_timeout_s)
-    positive("max-message-mb", c.max_message_mb)
+    low, high = MAX_MESSAGE_MB_RANGE
+    if not (math.isfinite(c.max_message_mb) and low <= c.max_message_mb <= high):
+        raise ConfigError(
+            f"--max-message-mb must be between {low} and {high} (gRPC's limit is 2 GiB), got {c.max_message_mb:g}"
+        )
     if c.plan_lead_s is not None and not (0 <= c.plan_lead_s < c.round_s):
         raise ConfigError(f"--plan-lead-s must be >= 0 and below --round-s, got {c.plan_lead_s}")
     if c.max_job_gpus < 1:

@@ -1,14 +1,19 @@
 """synergyd: the Synergy scheduler daemon (`synergyd --help`).
 
 The whole daemon, declared: these periodic events, around the services that app.App wires.
+
+Exit codes (docs/daemon.md): 0 stopped by SIGTERM/SIGINT; 1 cannot start (lock held, port
+in use, unreadable files, a full disk); 2 a bad flag or config; 3 the database is damaged
+(refused at start, or found damaged while running). Each failure is one line on stderr.
 """
 
 from __future__ import annotations
 
+import enum
 import faulthandler
 import signal
+import sqlite3
 import sys
-import threading
 from typing import Sequence
 
 from synergy.scheduler.daemon.app import App
@@ -22,11 +27,17 @@ from synergy.scheduler.daemon.events import (
 )
 from synergy.scheduler.daemon.logs import configure
 from synergy.scheduler.daemon.server import BindError
-from synergy.scheduler.daemon.statedir import StateDirError
-from synergy.scheduler.daemon.store import StoreError
 from synergy.scheduler.profiles.format import ProfileError
+from synergy.scheduler.statedir import DatabaseDamaged, StateDirError, is_corruption
 
 EVENTS = (RoundEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, GaugeEvent)
+
+
+class Exit(enum.IntEnum):
+    OK = 0
+    CANNOT_START = 1
+    BAD_CONFIG = 2
+    DAMAGED_DATABASE = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(argv)
     except ConfigError as exc:
         print(f"synergyd: {exc}", file=sys.stderr)
-        return 2
+        return Exit.BAD_CONFIG
     configure(config.log_level, config.log_format)
     # RPCs run on one event-loop thread while rounds are decided on another; hand the GIL
     # over every 1 ms instead of 5 so that a long decision delays a renewal by less.
@@ -42,12 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = App(config)
     try:
         app.start(EVENTS)
-    except (StateDirError, StoreError, BindError, ProfileError, OSError) as exc:
-        print(f"synergyd: {exc}", file=sys.stderr)
+    except (StateDirError, BindError, ProfileError, OSError, sqlite3.Error) as exc:
+        print(f"synergyd: {' '.join(str(exc).split())}", file=sys.stderr)
         app.stop(grace_s=0)
-        return 1
+        damaged = isinstance(exc, DatabaseDamaged) or is_corruption(exc)
+        return Exit.DAMAGED_DATABASE if damaged else Exit.CANNOT_START
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` dumps every thread's stack
-    done = threading.Event()
+    done = app.stopping
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     print(f"synergyd listening on {app.address}", flush=True)  # after the handlers: a SIGTERM now is graceful
@@ -56,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     while not done.wait(0.2):
         pass
     app.stop()
-    return 0
+    if app.damaged is not None:
+        print(f"synergyd: {app.damaged}: stopped; restore a backup (docs/daemon.md)", file=sys.stderr)
+        return Exit.DAMAGED_DATABASE
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -313,3 +313,21 @@ class SetPolicyResponse(_message.Message):
     policy: str
     mechanism: str
     def __init__(self, policy: _Optional[str] = ..., mechanism: _Optional[str] = ...) -> None: ...
+
+class BackupDatabaseRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BackupDatabaseChunk(_message.Message):
+    __slots__ = ("data", "total_bytes", "jobs", "nodes", "schema_version")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    total_bytes: int
+    jobs: int
+    nodes: int
+    schema_version: str
+    def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., jobs: _Optional[int] = ..., nodes: _Optional[int] = ..., schema_version: _Optional[str] = ...) -> None: ...

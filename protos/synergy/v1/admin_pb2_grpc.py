@@ -84,6 +84,11 @@ class AdminServiceStub:
                 request_serializer=synergy_dot_v1_dot_admin__pb2.SetPolicyRequest.SerializeToString,
                 response_deserializer=synergy_dot_v1_dot_admin__pb2.SetPolicyResponse.FromString,
                 _registered_method=True)
+        self.BackupDatabase = channel.unary_stream(
+                '/synergy.v1.AdminService/BackupDatabase',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseChunk.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -160,6 +165,16 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BackupDatabase(self, request, context):
+        """A consistent snapshot of the daemon's database, taken online (SQLite's backup API: the
+        daemon keeps serving) and checked in full, streamed in chunks of at most 1 MiB. The first
+        chunk carries the totals; the receiver checks it got `total_bytes`. FAILED_PRECONDITION
+        when the daemon keeps no database or cannot write the snapshot (a full disk).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +227,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetPolicy,
                     request_deserializer=synergy_dot_v1_dot_admin__pb2.SetPolicyRequest.FromString,
                     response_serializer=synergy_dot_v1_dot_admin__pb2.SetPolicyResponse.SerializeToString,
+            ),
+            'BackupDatabase': grpc.unary_stream_rpc_method_handler(
+                    servicer.BackupDatabase,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -484,6 +504,33 @@ class AdminService:
             '/synergy.v1.AdminService/SetPolicy',
             synergy_dot_v1_dot_admin__pb2.SetPolicyRequest.SerializeToString,
             synergy_dot_v1_dot_admin__pb2.SetPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackupDatabase(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/synergy.v1.AdminService/BackupDatabase',
+            synergy_dot_v1_dot_admin__pb2.BackupDatabaseRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.BackupDatabaseChunk.FromString,
             options,
             channel_credentials,
             insecure,

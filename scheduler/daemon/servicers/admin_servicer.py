@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+from typing import AsyncIterator
+
 import grpc
 
 from synergy.scheduler.daemon import paging, validation
-from synergy.scheduler.daemon.errors import InvalidArgument
+from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.live import JobLive
@@ -13,11 +17,14 @@ from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
 from synergy.scheduler.daemon.servicers import convert
-from synergy.scheduler.daemon.servicers.base import Servicer, rpc
+from synergy.scheduler.daemon.servicers.base import Servicer, rpc, stream_rpc
 from synergy.scheduler.model import Resources
+from synergy.scheduler.statedir import TEMP_PREFIX, StateDirError
 from synergy.v1 import admin_pb2, admin_pb2_grpc
 
 VERSION = "0.1.0"
+#: Backup chunk size: well under every client's default 4 MiB receive limit.
+BACKUP_CHUNK_BYTES = 1024 * 1024
 
 
 class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
@@ -149,3 +156,35 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
             validation.text(request.policy, "policy", 64), validation.text(request.mechanism, "mechanism", 64)
         )
         return admin_pb2.SetPolicyResponse(policy=policy, mechanism=mechanism)
+
+    @stream_rpc
+    async def BackupDatabase(
+        self, request: admin_pb2.BackupDatabaseRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[admin_pb2.BackupDatabaseChunk]:
+        # The snapshot is taken on a worker thread (it reads the whole file) into a temp file in
+        # the state dir, so the event loop keeps serving; stale temp files go at the next start.
+        tmp = self.ctx.config.state_dir / f"{TEMP_PREFIX}backup.{secrets.token_hex(4)}.sqlite"
+        try:
+            try:
+                summary = await asyncio.to_thread(self.ctx.store.snapshot, tmp)
+            except (OSError, StateDirError) as exc:
+                why = getattr(exc, "strerror", None) or str(exc)
+                raise FailedPrecondition(f"cannot take a snapshot of the database ({why})") from None
+            first = admin_pb2.BackupDatabaseChunk(
+                total_bytes=summary.size_bytes,
+                jobs=summary.jobs,
+                nodes=summary.nodes,
+                schema_version=summary.schema_version,
+            )
+            with open(tmp, "rb") as f:
+                while data := f.read(BACKUP_CHUNK_BYTES):
+                    if first is not None:
+                        first.data = data
+                        yield first
+                        first = None
+                    else:
+                        yield admin_pb2.BackupDatabaseChunk(data=data)
+            if first is not None:  # never: a database has at least one page
+                yield first
+        finally:
+            tmp.unlink(missing_ok=True)

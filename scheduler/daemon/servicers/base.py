@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-from typing import Any, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 import grpc
 
@@ -38,20 +38,41 @@ class Servicer:
         self.ctx = ctx
 
 
+def _failure(self: Servicer, name: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status code and one-line message a failed call is answered with (logged if unexpected)."""
+    if isinstance(exc, errors.DaemonError):
+        return CODES.get(type(exc), grpc.StatusCode.UNKNOWN), str(exc)
+    if isinstance(exc, sqlite3.Error):
+        event(self.ctx.log, "rpc.store_error", logging.ERROR, exc_info=True, method=name)
+        return grpc.StatusCode.UNAVAILABLE, f"state store unavailable ({exc}); retry"
+    event(self.ctx.log, "rpc.internal_error", logging.ERROR, exc_info=True, method=name)
+    return grpc.StatusCode.INTERNAL, "internal error; see the synergyd log"
+
+
 def rpc(method: F) -> F:
     @functools.wraps(method)
     async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return method(self, request, context)
-        except errors.DaemonError as exc:
-            code = CODES.get(type(exc), grpc.StatusCode.UNKNOWN)
-            message = str(exc)
-        except sqlite3.Error as exc:
-            code, message = grpc.StatusCode.UNAVAILABLE, f"state store unavailable ({exc}); retry"
-            event(self.ctx.log, "rpc.store_error", logging.ERROR, exc_info=True, method=method.__name__)
-        except Exception:  # noqa: BLE001 (a bad request must never take the daemon down)
-            code, message = grpc.StatusCode.INTERNAL, "internal error; see the synergyd log"
-            event(self.ctx.log, "rpc.internal_error", logging.ERROR, exc_info=True, method=method.__name__)
+        except Exception as exc:  # noqa: BLE001 (a bad request must never take the daemon down)
+            code, message = _failure(self, method.__name__, exc)
+        self.ctx.metrics.rpc_errors.labels(method.__name__, code.name).inc()
+        await context.abort(code, message)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def stream_rpc(method: F) -> F:
+    """`@rpc` for server-streaming methods, written as async generators."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for item in method(self, request, context):
+                yield item
+            return
+        except Exception as exc:  # noqa: BLE001 (as in rpc)
+            code, message = _failure(self, method.__name__, exc)
         self.ctx.metrics.rpc_errors.labels(method.__name__, code.name).inc()
         await context.abort(code, message)
 

@@ -6,16 +6,15 @@ from pathlib import Path
 
 from synergy.scheduler.daemon.store.base import StateStore
 from synergy.scheduler.daemon.store.memory import MemoryStore
-from synergy.scheduler.daemon.store.sqlite import SqliteStore, StoreError
+from synergy.scheduler.daemon.store.sqlite import OnDamaged, SqliteStore
+from synergy.scheduler.statedir import DB_FILE
 
-DB_NAME = "synergyd.sqlite"
 
-
-def open_store(state_dir: Path | None) -> StateStore:
-    """SQLite in `state_dir`, or memory when None (unit tests, simulations)."""
+def open_store(state_dir: Path | None, on_damaged: OnDamaged | None = None) -> StateStore:
+    """SQLite in `state_dir` (checked at open, see SqliteStore), or memory when None (unit tests)."""
     if state_dir is None:
         return MemoryStore()
-    return SqliteStore(Path(state_dir) / DB_NAME)
+    return SqliteStore(Path(state_dir) / DB_FILE, on_damaged)
 
 
-__all__ = ["StateStore", "MemoryStore", "SqliteStore", "StoreError", "open_store", "DB_NAME"]
+__all__ = ["StateStore", "MemoryStore", "SqliteStore", "OnDamaged", "open_store"]

@@ -8,9 +8,11 @@ writes are committed by the SQLite backend before they become visible, which is 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable, Protocol
 
 from synergy.scheduler.daemon.records import JobRecord, NodeRecord
+from synergy.scheduler.statedir import DatabaseSummary
 
 
 class StateStore(Protocol):
@@ -57,5 +59,12 @@ class StateStore(Protocol):
     def setting(self, key: str) -> str | None: ...
 
     def save_setting(self, key: str, value: str) -> None: ...
+
+    def snapshot(self, dest: Path) -> DatabaseSummary:
+        """Write a consistent, verified copy of the database to the new file `dest` (a backup).
+
+        Safe on any thread while the daemon serves; FailedPrecondition without a database.
+        """
+        ...
 
     def close(self) -> None: ...

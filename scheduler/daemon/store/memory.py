@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Iterable
 
+from synergy.scheduler.daemon.errors import FailedPrecondition
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
+from synergy.scheduler.statedir import DatabaseSummary
 
 
 class MemoryStore:
@@ -66,6 +69,9 @@ class MemoryStore:
 
     def save_setting(self, key: str, value: str) -> None:
         self._settings[key] = value
+
+    def snapshot(self, dest: Path) -> DatabaseSummary:
+        raise FailedPrecondition("this synergyd keeps its state in memory: there is no database to back up")
 
     def close(self) -> None:
         pass

@@ -11,7 +11,7 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from synergy.scheduler.daemon.records import (
     JobRecord,
@@ -22,8 +22,17 @@ from synergy.scheduler.daemon.records import (
     node_to_dict,
 )
 from synergy.scheduler.daemon.store.memory import MemoryStore
+from synergy.scheduler.statedir import (
+    SCHEMA_VERSION,
+    DatabaseDamaged,
+    DatabaseSummary,
+    StateDirError,
+    is_corruption,
+    snapshot_database,
+    table_names,
+    verify_database,
+)
 
-SCHEMA_VERSION = "1"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs(name);
@@ -34,30 +43,62 @@ CREATE TABLE IF NOT EXISTS progress (
 );
 """
 
-
-class StoreError(RuntimeError):
-    pass
+#: Called once, with the error, when a write finds the database damaged (the daemon stops serving).
+OnDamaged = Callable[[sqlite3.DatabaseError], None]
 
 
 class SqliteStore(MemoryStore):
-    """Write-through: SQLite is the truth, the inherited MemoryStore is the read cache."""
+    """Write-through: SQLite is the truth, the inherited MemoryStore is the read cache.
 
-    def __init__(self, path: Path) -> None:
+    Opening checks the file first (statedir.verify_database: quick_check and the schema),
+    so a damaged database stops the start with one line instead of failing writes later.
+    A write that finds the file damaged while running calls `on_damaged` once and re-raises.
+    """
+
+    def __init__(self, path: Path, on_damaged: OnDamaged | None = None) -> None:
         super().__init__()
         self.path = Path(path)
-        if not self.path.exists():  # holds job tokens: owner-only from the start (WAL files inherit it)
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._on_damaged = on_damaged
+        self.damaged: sqlite3.DatabaseError | None = None
+        try:
+            if not self.path.exists():  # holds job tokens: owner-only from the start (WAL files inherit it)
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StateDirError(f"cannot open the database {self.path} ({getattr(exc, 'strerror', None) or exc})") from None
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            if is_corruption(exc):
+                raise DatabaseDamaged(f"database {self.path} is damaged or not a database ({exc})") from None
+            raise StateDirError(f"cannot open the database {self.path} ({exc})") from None
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
-        found = self._db.execute("SELECT value FROM settings WHERE key='schema_version'").fetchone()
-        if found is None:
-            self._commit([("INSERT INTO settings VALUES ('schema_version', ?)", (SCHEMA_VERSION,))])
-        elif found[0] != SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: schema version {found[0]}, this synergyd reads {SCHEMA_VERSION}")
+        if not table_names(self._db):  # a new database: the whole schema in one transaction
+            self._commit(
+                [(stmt, ()) for stmt in _SCHEMA.split(";") if stmt.strip()]
+                + [("INSERT INTO settings VALUES ('schema_version', ?)", (SCHEMA_VERSION,))]
+            )
+        verify_database(self._db, self.path, full=False)
         self._load()
+
+    def snapshot(self, dest: Path) -> DatabaseSummary:
+        """A consistent copy of the database in `dest` while the daemon keeps serving (a backup).
+
+        Reads through a connection of its own, so it runs on any thread without the state lock.
+        """
+        source = sqlite3.connect(self.path)
+        try:
+            return snapshot_database(source, dest)
+        finally:
+            source.close()
 
     def _load(self) -> None:
         rows = self._db.execute("SELECT body FROM jobs ORDER BY id").fetchall()
@@ -70,15 +111,28 @@ class SqliteStore(MemoryStore):
             MemoryStore.save_setting(self, k, v)
 
     def _commit(self, statements: list[tuple[str, tuple]]) -> None:
-        cur = self._db.cursor()
-        cur.execute("BEGIN IMMEDIATE")
         try:
-            for sql, args in statements:
-                cur.execute(sql, args)
-        except BaseException:
-            cur.execute("ROLLBACK")
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, args in statements:
+                    cur.execute(sql, args)
+                cur.execute("COMMIT")
+            except BaseException:
+                # Also when COMMIT itself failed (a full disk): a transaction left open would
+                # make every later BEGIN fail, long after space is back.
+                if self._db.in_transaction:
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise
+        except sqlite3.DatabaseError as exc:
+            if is_corruption(exc) and self.damaged is None:
+                self.damaged = exc
+                if self._on_damaged is not None:
+                    self._on_damaged(exc)
             raise
-        cur.execute("COMMIT")
 
     def save_jobs(self, jobs: Iterable[JobRecord]) -> None:
         jobs = list(jobs)
