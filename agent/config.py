@@ -18,7 +18,7 @@ from typing import NoReturn, Sequence
 import psutil
 
 from synergy.agent.cores import CoreError, format_cpu_list, parse_cpu_list
-from synergy.scheduler.daemon.statedir import ADDRESS_FILE, AGENT_ADDRESS_FILE, CLUSTER_TOKEN_FILE, default_state_dir
+from synergy.scheduler.statedir import ADDRESS_FILE, AGENT_ADDRESS_FILE, CLUSTER_TOKEN_FILE, default_state_dir
 
 GIB = 1024**3
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
