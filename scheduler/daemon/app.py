@@ -8,6 +8,7 @@ order that is safe: lock the state dir, open the store, recover, then listen.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -15,6 +16,7 @@ from synergy.scheduler.daemon.auth import AuthInterceptor
 from synergy.scheduler.daemon.clock import Clock, SystemClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.decider import from_env as decider_from_env
 from synergy.scheduler.daemon.decoding import StrictDecoding
 from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent
 from synergy.scheduler.daemon.jobs import JobBook
@@ -102,7 +104,8 @@ class App:
         cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE)
         self.started_at = self.clock.now()
         self.ctx = ctx = DaemonContext(
-            cfg, self.clock, open_store(cfg.state_dir), ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log
+            cfg, self.clock, open_store(cfg.state_dir), ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log,
+            decider=decider_from_env(os.environ.get("SYNERGYD_DECIDER"), self.log),
         )
         logic = Logic.build(ctx)
         self.jobs, self.reconciler, self.nodes = logic.jobs, logic.reconciler, logic.nodes
@@ -162,6 +165,8 @@ class App:
             for ev in self.events.events:
                 if ev.name == "progress-flush":
                     self.events.run_one(ev)
+        if hasattr(self, "ctx"):
+            self.ctx.decider.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         if hasattr(self, "ctx"):

@@ -183,6 +183,8 @@ class EventLoop:
         took = time.perf_counter() - started
         if took > SLOW_EVENT_S:  # events hold the state lock: a slow one delays RPCs
             event(self.log, "event.slow", logging.WARNING, name=ev.name, took_ms=round(took * 1000, 1))
+        else:  # debug: `benchmarks/daemon_load.py --attribute` lines RPC latencies up with these
+            event(self.log, "event.ran", logging.DEBUG, name=ev.name, took_ms=round(took * 1000, 3))
 
     def _loop(self) -> None:
         due = {id(ev): 0.0 for ev in self.events}

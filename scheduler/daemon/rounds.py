@@ -121,7 +121,7 @@ class RoundLoop:
             }
         started = time.perf_counter()
         if core_jobs:
-            out = scheduler.schedule(RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s))
+            out = ctx.decider.decide(scheduler, RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s))
             allocations, waiting = dict(out.allocations), dict(out.waiting)
         else:
             allocations, waiting = {}, {}
