@@ -18,7 +18,7 @@ from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.decider import from_env as decider_from_env
 from synergy.scheduler.daemon.decoding import StrictDecoding
-from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent
+from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent, ProgressFlushEvent
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.leases import LeaseBook
 from synergy.scheduler.daemon.logs import LOGGER, event
@@ -163,8 +163,11 @@ class App:
         if self.events is not None:
             self.events.stop()
             for ev in self.events.events:
-                if ev.name == "progress-flush":
-                    self.events.run_one(ev)
+                if isinstance(ev, ProgressFlushEvent):
+                    try:
+                        ev.flush_all()
+                    except Exception:  # noqa: BLE001 (still release the state dir)
+                        event(self.log, "event.failed", logging.ERROR, exc_info=True, name=ev.name)
         if hasattr(self, "ctx"):
             self.ctx.decider.close()
         if self.metrics_server is not None:

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from synergy.scheduler.daemon.clock import Clock
 from synergy.scheduler.daemon.context import DaemonContext
@@ -92,20 +92,38 @@ class NodeLivenessEvent(PeriodicEvent):
 
 
 class ProgressFlushEvent(PeriodicEvent):
-    """Persists steps, throughput and GPU-seconds that renewals keep in memory."""
+    """Persists steps, throughput and GPU-seconds that renewals keep in memory.
+
+    Every running job is flushed once per `min(60, round)` seconds, a tenth of them (by job
+    id) each tenth of that: flushing a thousand jobs at once held the state lock and the
+    interpreter for 50-100 ms, and the RPCs in flight meanwhile were the slowest 1% of the
+    load benchmark. `flush_all` (at shutdown) flushes every job.
+    """
 
     name = "progress-flush"
+    SLICES = 10
+
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        self._slice = 0
 
     @property
     def interval_s(self) -> float:
-        return min(60.0, self.ctx.config.round_s)
+        return min(60.0, self.ctx.config.round_s) / self.SLICES
 
     def run(self) -> None:
+        k, self._slice = self._slice, (self._slice + 1) % self.SLICES
+        self._flush(lambda job_id: job_id % self.SLICES == k)
+
+    def flush_all(self) -> None:
+        self._flush(lambda job_id: True)
+
+    def _flush(self, chosen: Callable[[int], bool]) -> None:
         ctx, jobs = self.ctx, self.parts.jobs
         with ctx.lock:
             changes = []
             for job in ctx.store.active_jobs():
-                if job.state == JobState.RUNNING:
+                if job.state == JobState.RUNNING and chosen(job.id):
                     new = jobs.with_progress(job)
                     if new != job:
                         changes.append((job, new))

@@ -4,13 +4,19 @@ A servicer method wrapped with `@rpc` answers a DaemonError with its status code
 error's one-line message (which names the field), counts it in the RPC-error metric, and
 turns anything unexpected into INTERNAL with the traceback in the daemon's log only.
 
-The server is grpc.aio: `@rpc` turns the plain method into the coroutine gRPC calls. The
-logic it runs is short and in memory (a commit at most), so it runs on the event loop
-directly; no thread hand-off per call.
+The server is grpc.aio: `@rpc` turns the plain method into the coroutine gRPC calls. Most
+handlers take the daemon's state lock and may commit to disk, and a periodic event can hold
+that lock for tens of milliseconds (a progress flush of a thousand jobs): waiting for it on
+the event loop would stall every other call, renewals included. So they run on the loop's
+default executor, which `server.LoopThread` makes a single thread: handlers still run one
+at a time, as they did on the loop, only no longer on it. `@rpc(on_loop=True)` keeps a
+handler on the loop; `RenewLease`, a thousand calls a second and lock-free in the common
+case, is one, so it pays no thread hand-off.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import sqlite3
@@ -38,11 +44,20 @@ class Servicer:
         self.ctx = ctx
 
 
-def rpc(method: F) -> F:
+def rpc(method: F | None = None, /, *, on_loop: bool = False) -> Any:
+    """`@rpc` or `@rpc(on_loop=True)` (see the module doc for where handlers run)."""
+    if method is None:
+        return functools.partial(_wrap, on_loop=on_loop)
+    return _wrap(method, on_loop=on_loop)
+
+
+def _wrap(method: F, on_loop: bool) -> F:
     @functools.wraps(method)
     async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            return method(self, request, context)
+            if on_loop:
+                return method(self, request, context)
+            return await asyncio.get_running_loop().run_in_executor(None, method, self, request, context)
         except errors.DaemonError as exc:
             code = CODES.get(type(exc), grpc.StatusCode.UNKNOWN)
             message = str(exc)
