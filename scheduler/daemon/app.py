@@ -18,7 +18,7 @@ from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.decider import from_env as decider_from_env
 from synergy.scheduler.daemon.decoding import StrictDecoding
-from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent, ProgressFlushEvent
+from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent, ProgressFlushEvent, refresh_gauges
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.leases import LeaseBook
 from synergy.scheduler.daemon.logs import LOGGER, event
@@ -132,7 +132,9 @@ class App:
         if self.servers.agent_port is not None:
             self.state_dir.write_address(AGENT_ADDRESS_FILE, f"{cfg.host}:{self.servers.agent_port}")
         if cfg.metrics_port is not None:
-            self.metrics_server = MetricsServer(ctx.metrics, cfg.host, cfg.metrics_port, self.healthy)
+            self.metrics_server = MetricsServer(
+                ctx.metrics, cfg.host, cfg.metrics_port, self.healthy, refresh=lambda: refresh_gauges(self)
+            )
             self.metrics_server.start()
             self.state_dir.write_address(METRICS_ADDRESS_FILE, f"{cfg.host}:{self.metrics_server.port}")
         self.events.start()

@@ -73,16 +73,25 @@ class WorkerLost(RuntimeError):
 
 def _serve(conn: Connection) -> None:
     """The worker process: decide each (scheduler, input) it receives, until the pipe closes
-    (the daemon stopped, or was killed: then `recv` raises EOFError and the worker ends)."""
+    (the daemon stopped, or was killed: then `recv` raises EOFError and the worker ends).
+
+    It keeps the scheduler it was first sent while the daemon's compares equal, so that
+    what a mechanism memoises across rounds (OPT's solved programs) survives, as it does
+    in the daemon's own copy when deciding inline.
+    """
     try:
         os.nice(WORKER_NICENESS)
     except OSError:
         pass
+    current: Scheduler | None = None
     while True:
         try:
-            scheduler, inp = pickle.loads(conn.recv_bytes())
+            sent, inp = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError, KeyboardInterrupt):
             return
+        if sent != current:
+            current = sent
+        scheduler = current
         try:
             reply: tuple[bool, Any] = (True, scheduler.schedule(inp))
         except Exception:  # noqa: BLE001 (the daemon logs it as a failed round)

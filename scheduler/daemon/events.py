@@ -132,39 +132,50 @@ class ProgressFlushEvent(PeriodicEvent):
 
 
 class GaugeEvent(PeriodicEvent):
-    """Refreshes the queue, job-state, node and resource gauges."""
+    """Refreshes the queue, job-state, node and resource gauges, now and then.
+
+    /metrics refreshes them when it is scraped (`refresh_gauges`, hooked up by app.App), so
+    this is only a backstop for readers of the registry that do not scrape. It used to run
+    every second: 10-40 ms under the state lock at 1000 jobs and 64 nodes, for gauges that
+    a scraper reads every 15-60 s.
+    """
 
     name = "gauges"
 
     @property
     def interval_s(self) -> float:
-        return 1.0
+        return 60.0
 
     def run(self) -> None:
-        ctx, m = self.ctx, self.ctx.metrics
-        with ctx.lock:
-            counts = {s: 0 for s in JobState}
-            for job in ctx.store.jobs():
-                counts[job.state] += 1
-            views = self.parts.nodes.list()
-        for state, n in counts.items():
-            m.jobs.labels(state.value).set(n)
-        m.queue_length.set(counts[JobState.QUEUED])
-        m.running_jobs.set(counts[JobState.RUNNING])
-        capacity, allocated = Resources(), Resources()
-        node_states: dict[str, int] = {"ready": 0, "cordoned": 0, "draining": 0, "lost": 0}
-        for v in views:
-            node_states[v.state] = node_states.get(v.state, 0) + 1
-            if v.state in ("ready", "cordoned"):
-                capacity = capacity + v.record.allocatable
-                allocated = allocated + v.allocated
-        for state, n in node_states.items():
-            m.nodes.labels(state).set(n)
-        free = capacity - allocated
-        for res in ("gpus", "cpus", "mem_gb"):
-            m.resources.labels(res, "capacity").set(getattr(capacity, res))
-            m.resources.labels(res, "allocated").set(getattr(allocated, res))
-            m.resources.labels(res, "free").set(getattr(free, res))
+        refresh_gauges(self.parts)
+
+
+def refresh_gauges(parts: Parts) -> None:
+    """Set the queue, job-state, node and resource gauges from the current state."""
+    ctx, m = parts.ctx, parts.ctx.metrics
+    with ctx.lock:
+        counts = {s: 0 for s in JobState}
+        for job in ctx.store.jobs():
+            counts[job.state] += 1
+        views = parts.nodes.list()
+    for state, n in counts.items():
+        m.jobs.labels(state.value).set(n)
+    m.queue_length.set(counts[JobState.QUEUED])
+    m.running_jobs.set(counts[JobState.RUNNING])
+    capacity, allocated = Resources(), Resources()
+    node_states: dict[str, int] = {"ready": 0, "cordoned": 0, "draining": 0, "lost": 0}
+    for v in views:
+        node_states[v.state] = node_states.get(v.state, 0) + 1
+        if v.state in ("ready", "cordoned"):
+            capacity = capacity + v.record.allocatable
+            allocated = allocated + v.allocated
+    for state, n in node_states.items():
+        m.nodes.labels(state).set(n)
+    free = capacity - allocated
+    for res in ("gpus", "cpus", "mem_gb"):
+        m.resources.labels(res, "capacity").set(getattr(capacity, res))
+        m.resources.labels(res, "allocated").set(getattr(allocated, res))
+        m.resources.labels(res, "free").set(getattr(free, res))
 
 
 @dataclass
