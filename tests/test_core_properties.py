@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -208,3 +212,36 @@ def test_server_indexes_change_no_decision(scenario, seed) -> None:
         finally:
             state_module.INDEX_MIN_SERVERS = saved
     assert results[0] == results[1]
+
+
+DECIDE_AND_PRINT = """
+import sys
+sys.path.insert(0, {tests!r})
+from profiles_for_tests import ZOO_LIKE
+from synergy.scheduler.core import Scheduler
+from synergy.scheduler.mechanisms.greedy import Greedy
+from synergy.scheduler.mechanisms.proportional import Proportional
+from synergy.scheduler.mechanisms.tune import Tune
+from synergy.scheduler.model import Cluster, Job, Resources, RoundInput, Server
+from synergy.scheduler.policies.fifo import Fifo
+names = sorted(ZOO_LIKE)
+cluster = Cluster(tuple(Server(f"gpu-node-{{k}}", Resources(8, (24, 48, 32)[k % 3], 500)) for k in range(7)))
+jobs = [Job(i, names[i % 4], (1, 2, 1, 4)[i % 4], float(i // 4), 1e4, ZOO_LIKE[names[i % 4]]) for i in range(40)]
+for mech in (Proportional(), Greedy(), Tune()):
+    print(repr(Scheduler(Fifo(), mech).schedule(RoundInput(0.0, cluster, jobs))))
+"""
+
+
+def test_decisions_do_not_depend_on_the_interpreters_hash_seed(tmp_path: Path) -> None:
+    """A restarted daemon must decide what the previous process decided: nothing may
+    depend on the iteration order of sets or dicts of strings, which the hash seed changes."""
+    script = tmp_path / "decide.py"
+    script.write_text(DECIDE_AND_PRINT.format(tests=str(Path(__file__).parent)))
+    outputs = []
+    for seed in ("1", "2", "3"):
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0].count("Allocation(") > 20
+    assert outputs[0] == outputs[1] == outputs[2]
