@@ -36,8 +36,8 @@ class BindError(RuntimeError):
 class LoopThread:
     """An asyncio event loop running on a daemon thread; `run` executes a coroutine on it.
 
-    Its default executor is one thread: handlers that take the state lock run there, one
-    at a time, so that waiting for the lock never stalls the loop (servicers/base.py).
+    Its default executor is one thread: a handler that finds the state lock taken waits
+    for it there, so that waiting for the lock never stalls the loop (servicers/base.py).
     """
 
     def __init__(self) -> None:

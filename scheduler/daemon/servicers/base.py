@@ -5,13 +5,13 @@ error's one-line message (which names the field), counts it in the RPC-error met
 turns anything unexpected into INTERNAL with the traceback in the daemon's log only.
 
 The server is grpc.aio: `@rpc` turns the plain method into the coroutine gRPC calls. Most
-handlers take the daemon's state lock and may commit to disk, and a periodic event can hold
-that lock for tens of milliseconds (a progress flush of a thousand jobs): waiting for it on
-the event loop would stall every other call, renewals included. So they run on the loop's
-default executor, which `server.LoopThread` makes a single thread: handlers still run one
-at a time, as they did on the loop, only no longer on it. `@rpc(on_loop=True)` keeps a
-handler on the loop; `RenewLease`, a thousand calls a second and lock-free in the common
-case, is one, so it pays no thread hand-off.
+handlers take the daemon's state lock, which a periodic event or a round may hold for tens
+of milliseconds; waiting for it on the event loop would stall every other call, renewals
+included. So the wrapper never waits for the lock on the loop: when the lock is free it
+takes it and runs the handler right there (no thread hand-off, the common case), and when
+it is taken the handler goes to the loop's default executor, which `server.LoopThread`
+makes a single thread, and waits there. `@rpc(on_loop=True)` runs a handler on the loop
+without the lock: `RenewLease`, a thousand calls a second and lock-free in the common case.
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ def _wrap(method: F, on_loop: bool) -> F:
         try:
             if on_loop:
                 return method(self, request, context)
+            lock = self.ctx.lock
+            if lock.acquire(blocking=False):
+                try:
+                    return method(self, request, context)
+                finally:
+                    lock.release()
             return await asyncio.get_running_loop().run_in_executor(None, method, self, request, context)
         except errors.DaemonError as exc:
             code = CODES.get(type(exc), grpc.StatusCode.UNKNOWN)
