@@ -13,16 +13,30 @@ cores, so the figures are an upper bound on what the daemon alone costs. Bounded
 and in time (--setup-timeout + --duration); it stops the daemon and exits by itself.
 
     python benchmarks/daemon_load.py [--jobs 1000] [--agents 64] [--round-s 10] [--duration 20]
+    python benchmarks/daemon_load.py --attribute     # also: what the slowest 1% of RPCs overlapped
+    python benchmarks/daemon_load.py --compare 2     # inline vs worker-process decisions, alternating
+    python benchmarks/daemon_load.py --burst-only    # only the submit-burst figure
 
 With --round-s 10 jobs renew every 1 s and agents heartbeat every 1 s (the daemon derives
 both from the round: round/10, between 0.1 s and 30 s / 10 s), i.e. about 1,060 RPC/s;
 with the default production round of 300 s the same cluster sends about 40 RPC/s.
 Target on a 2-core machine: p99 <= 20 ms at 1000 jobs + 64 agents. Printed, not asserted.
+
+A second figure, the submit burst: a fresh daemon, --burst submits (default 2000) from
+--burst-clients concurrent clients (default 8, one connection each, one call in flight per
+client), as a CI pipeline submitting a sweep would; printed as submits per second and latency.
+
+--decider inline|process chooses where synergyd decides rounds (SYNERGYD_DECIDER; see
+scheduler/daemon/decider.py); --compare N runs the load figure N times per decider,
+alternating, so both see the same machine load. --attribute runs the daemon with debug logs
+and lines every measured RPC up with the daemon's periodic events and round decisions: for
+the slowest 1% of calls it prints what they overlapped, next to how often any call did.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import random
@@ -59,6 +73,12 @@ class Settings:
     mechanism: str
     seed: int
     timeline: bool = False
+    decider: str = "process"
+    attribute: bool = False
+    compare: int = 0
+    burst: int = 2000
+    burst_clients: int = 8
+    load: bool = True
 
 
 @dataclass
@@ -67,8 +87,9 @@ class Stats:
 
     measuring: bool = False
     latencies: dict[str, list[float]] = field(default_factory=dict)
-    #: (completion time, latency ms) of every measured call, for --timeline.
-    samples: list[tuple[float, float]] = field(default_factory=list)
+    #: (completion time, latency ms, completion wall time) of every measured call, for
+    #: --timeline and --attribute (the daemon's log has wall-clock timestamps).
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     setup: dict[str, list[float]] = field(default_factory=dict)
 
@@ -80,7 +101,7 @@ class Stats:
         target = self.latencies if self.measuring else self.setup
         target.setdefault(kind, []).append(seconds * 1e3)
         if self.measuring:
-            self.samples.append((time.monotonic(), seconds * 1e3))
+            self.samples.append((time.monotonic(), seconds * 1e3, time.time()))
 
 
 def md(token: str) -> tuple[tuple[str, str], ...]:
@@ -219,14 +240,14 @@ class SimAgent:
 
 
 # -- the daemon ------------------------------------------------------------------------------------
-def start_daemon(state_dir: Path, s: Settings) -> subprocess.Popen:
+def start_daemon(state_dir: Path, s: Settings, decider: str) -> subprocess.Popen:
     log = open(state_dir.parent / "synergyd.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "synergy.scheduler.daemon.main", "--state-dir", str(state_dir),
          "--host", "127.0.0.1", "--port", "0", "--round-s", str(s.round_s), "--policy", s.policy,
-         "--mechanism", s.mechanism, "--log-level", "warning",
+         "--mechanism", s.mechanism, "--log-level", "debug" if s.attribute else "warning",
          "--max-job-gpus", "1", "--launch-timeout-s", str(max(120.0, s.setup_timeout_s))],
-        stdout=log, stderr=subprocess.STDOUT)
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SYNERGYD_DECIDER": decider})
     log.close()
     deadline = time.monotonic() + 60
     while not (state_dir / ADDRESS_FILE).exists():
@@ -355,15 +376,222 @@ def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
     p99 = percentile(everything, .99)
     verdict = "met" if p99 <= TARGET_P99_MS else "NOT met"
     print(f"\ntarget p99 <= {TARGET_P99_MS:g} ms: {verdict} (p99 {p99:.2f} ms)")
+    if stats.samples:
+        calm, n_calm, n_seconds = calm_samples(stats)
+        c = sorted(ms for _, ms, _ in calm)
+        print(f"calm seconds (median call <= {CALM_P50_MS:g} ms, i.e. other processes left the CPUs alone): "
+              f"{n_calm} of {n_seconds}; their p99 {percentile(c, .99):.2f} ms")
     if s.timeline:
         print("\nper second of the window (all RPCs):")
         print(f"{'second':>6}{'calls':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
         buckets: dict[int, list[float]] = {}
-        for at, ms in stats.samples:
+        for at, ms, _ in stats.samples:
             buckets.setdefault(int(at - t["window_start"]), []).append(ms)
         for sec in sorted(buckets):
             v = sorted(buckets[sec])
             print(f"{sec:>6}{len(v):>7}{percentile(v, .5):>9.2f}{percentile(v, .99):>9.2f}{v[-1]:>9.2f}")
+
+
+# -- where the slowest calls waited (--attribute) ---------------------------------------------------
+@dataclass(frozen=True)
+class Span:
+    """Something the daemon did, from its debug log: a periodic event or a round decision."""
+
+    what: str
+    start: float  # wall clock, like the log's timestamps
+    end: float
+
+
+def daemon_spans(log_text: str) -> list[Span]:
+    spans = []
+    for line in log_text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        what = rec.get("event")
+        if what in ("event.ran", "event.slow"):
+            took, name = rec["took_ms"] / 1e3, str(rec["name"])
+        elif what == "round.decided":
+            took, name = rec["ms"] / 1e3, f"round decision ({rec['where']})"
+        else:
+            continue
+        spans.append(Span(name, rec["ts"] - took, rec["ts"]))
+    return spans
+
+
+def covered(start: float, end: float, spans: list[Span]) -> dict[str, float]:
+    """Seconds of [start, end] during which the daemon did each kind of work, and under
+    "nothing" the seconds when it ran no periodic event (only RPCs, or other processes)."""
+    out: dict[str, float] = {}
+    pieces = []
+    for sp in spans:
+        lo, hi = max(start, sp.start), min(end, sp.end)
+        if hi > lo:
+            out[sp.what] = out.get(sp.what, 0.0) + hi - lo
+            pieces.append((lo, hi))
+    busy, reach = 0.0, start
+    for lo, hi in sorted(pieces):
+        if hi > reach:
+            busy += hi - max(lo, reach)
+            reach = hi
+    out["nothing (RPCs, other processes)"] = max(0.0, end - start - busy)
+    return out
+
+
+#: A second of the window whose median call took longer than this was one in which other
+#: processes had the CPUs (the median call costs about 1-2 ms on an idle 2-core machine).
+CALM_P50_MS = 5.0
+
+
+def calm_samples(stats: Stats) -> tuple[list[tuple[float, float, float]], int, int]:
+    """The calls of the window's calm seconds (median under CALM_P50_MS), and how many of
+    how many seconds were calm. On a shared machine, the tail of the busy seconds is other
+    processes' doing; the calm seconds show what the daemon itself does to the tail."""
+    start = min(at for at, _, _ in stats.samples)
+    by_second: dict[int, list[tuple[float, float, float]]] = {}
+    for sample in stats.samples:
+        by_second.setdefault(int(sample[0] - start), []).append(sample)
+    calm = [s for group in by_second.values()
+            if percentile(sorted(ms for _, ms, _ in group), .5) <= CALM_P50_MS for s in group]
+    n_calm = sum(1 for g in by_second.values() if percentile(sorted(ms for _, ms, _ in g), .5) <= CALM_P50_MS)
+    return calm, n_calm, len(by_second)
+
+
+def report_attribution(stats: Stats, spans: list[Span]) -> None:
+    """For the slowest 1% of calls: what share of the time they took the daemon spent on
+    each kind of periodic work (a round decision lies inside the round event's span), next
+    to the same for all calls; once for the whole window, once for its calm seconds."""
+    if not stats.samples:
+        return
+    calm, n_calm, n_seconds = calm_samples(stats)
+    _attribute("the whole window", stats.samples, spans)
+    if calm:
+        p99 = percentile(sorted(ms for _, ms, _ in calm), .99)
+        _attribute(f"the {n_calm} calm seconds of {n_seconds} (median call <= {CALM_P50_MS:g} ms; "
+                   f"their p99 {p99:.2f} ms)", calm, spans)
+    busiest: dict[str, list[float]] = {}
+    for sp in spans:
+        busiest.setdefault(sp.what, []).append((sp.end - sp.start) * 1e3)
+    print("daemon work in the run: " + "; ".join(
+        f"{what} x{len(ms)} (max {max(ms):.1f} ms, total {sum(ms):.0f} ms)"
+        for what, ms in sorted(busiest.items(), key=lambda kv: -sum(kv[1]))))
+
+
+def _attribute(title: str, samples: list[tuple[float, float, float]], spans: list[Span]) -> None:
+    lo = min(w - ms / 1e3 for _, ms, w in samples) - 1
+    hi = max(w for _, _, w in samples) + 1
+    spans = sorted((sp for sp in spans if sp.end > lo and sp.start < hi), key=lambda sp: sp.start)
+    cut = percentile(sorted(ms for _, ms, _ in samples), .99)
+    totals: dict[bool, dict[str, float]] = {True: {}, False: {}}
+    waited = {True: 0.0, False: 0.0}
+    n_slow = 0
+    for _, ms, wall in samples:
+        slow = ms >= cut
+        n_slow += slow
+        for what, sec in covered(wall - ms / 1e3, wall, spans).items():
+            for group in {slow, False}:  # False: all calls
+                totals[group][what] = totals[group].get(what, 0.0) + sec
+        for group in {slow, False}:
+            waited[group] += ms / 1e3
+    print(f"\n{title}: while the slowest 1% of calls ({n_slow}, >= {cut:.2f} ms) were in flight, the daemon "
+          f"was running (share of their time; all {len(samples)} calls for comparison):")
+    print(f"{'daemon work':<34}{'slowest 1%':>11}{'all calls':>11}")
+    for what in sorted(totals[False], key=lambda k: -totals[True].get(k, 0.0)):
+        print(f"{what:<34}{100 * totals[True].get(what, 0.0) / max(waited[True], 1e-9):>10.0f}%"
+              f"{100 * totals[False][what] / max(waited[False], 1e-9):>10.1f}%")
+
+
+# -- the submit burst ------------------------------------------------------------------------------
+@dataclass
+class Burst:
+    latencies_ms: list[float]
+    elapsed_s: float
+    errors: int
+
+
+async def submit_burst(s: Settings, state_dir: Path) -> Burst:
+    """--burst submits from --burst-clients clients, each with one call in flight."""
+    address = (state_dir / ADDRESS_FILE).read_text().strip()
+    token = (state_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    channels = [grpc.aio.insecure_channel(address) for _ in range(s.burst_clients)]
+    models = list(default_profiles())
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(k: int, count: int) -> None:
+        nonlocal errors
+        stub = admin_pb2_grpc.AdminServiceStub(channels[k])
+        for i in range(count):
+            spec = admin_pb2.JobSpec(name=f"burst-{k}-{i:05d}", command=["python", "train.py"], gpus=1,
+                                     model=models[(k + i) % len(models)], iterations=1000)
+            t0 = time.perf_counter()
+            try:
+                await stub.SubmitJob(admin_pb2.SubmitJobRequest(spec=spec), metadata=md(token),
+                                     timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError:
+                errors += 1
+                continue
+            latencies.append((time.perf_counter() - t0) * 1e3)
+
+    try:
+        for c in channels:  # connect first: the figure is about submits, not TCP handshakes
+            await asyncio.wait_for(c.channel_ready(), timeout=30)
+        share = [s.burst // s.burst_clients + (k < s.burst % s.burst_clients) for k in range(s.burst_clients)]
+        t0 = time.monotonic()
+        await asyncio.gather(*(client(k, n) for k, n in enumerate(share)))
+        elapsed = time.monotonic() - t0
+    finally:
+        for c in channels:
+            await c.close()
+    return Burst(sorted(latencies), elapsed, errors)
+
+
+def burst_line(b: Burst) -> str:
+    v = b.latencies_ms
+    return (f"{len(v) / b.elapsed_s:>8.0f}/s  p50 {percentile(v, .5):6.2f} ms  p90 {percentile(v, .9):6.2f} ms  "
+            f"p99 {percentile(v, .99):6.2f} ms  max {(v[-1] if v else float('nan')):7.2f} ms  errors {b.errors}")
+
+
+def load_line(stats: Stats, t: dict[str, float]) -> str:
+    v = sorted(x for values in stats.latencies.values() for x in values)
+    calm, n_calm, n_seconds = calm_samples(stats) if stats.samples else ([], 0, 0)
+    c = sorted(ms for _, ms, _ in calm)
+    return (f"{len(v) / t['window_s']:>6.0f} RPC/s  p50 {percentile(v, .5):6.2f} ms  "
+            f"p99 {percentile(v, .99):7.2f} ms  max {(v[-1] if v else float('nan')):8.2f} ms  "
+            f"errors {sum(stats.errors.values())}; calm {n_calm}/{n_seconds} s: p99 {percentile(c, .99):6.2f} ms")
+
+
+# -- runs ------------------------------------------------------------------------------------------
+def run_load(s: Settings, decider: str) -> tuple[Stats, dict[str, float], list[Span]]:
+    with tempfile.TemporaryDirectory(prefix="synergy-load-") as tmp:
+        state_dir = Path(tmp) / "state"
+        proc = start_daemon(state_dir, s, decider)
+        try:
+            stats, timings = asyncio.run(
+                asyncio.wait_for(drive(s, state_dir, psutil.Process(proc.pid)),
+                                 timeout=s.setup_timeout_s + s.duration_s + 60))
+        finally:
+            stop_daemon(proc)
+        spans = daemon_spans((Path(tmp) / "synergyd.log").read_text(errors="replace")) if s.attribute else []
+    return stats, timings, spans
+
+
+def run_burst(s: Settings, decider: str) -> Burst:
+    with tempfile.TemporaryDirectory(prefix="synergy-burst-") as tmp:
+        state_dir = Path(tmp) / "state"
+        proc = start_daemon(state_dir, s, decider)
+        try:
+            return asyncio.run(asyncio.wait_for(submit_burst(s, state_dir), timeout=s.setup_timeout_s))
+        finally:
+            stop_daemon(proc)
+
+
+def machine_load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} CPUs"
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -380,31 +608,69 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     ap.add_argument("--mechanism", default="tune")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeline", action="store_true", help="also print latency per second of the window")
+    ap.add_argument("--decider", choices=("process", "inline"), default="process",
+                    help="where synergyd decides rounds (default process: a worker for large rounds)")
+    ap.add_argument("--attribute", action="store_true",
+                    help="line the slowest calls up with what the daemon was doing (debug logs)")
+    ap.add_argument("--compare", type=int, default=0, metavar="N",
+                    help="run each figure N times per decider, alternating inline / process")
+    ap.add_argument("--burst", type=int, default=2000, help="submits in the burst figure (0: skip it)")
+    ap.add_argument("--burst-clients", type=int, default=8, help="concurrent submitting clients (default 8)")
+    ap.add_argument("--burst-only", action="store_true", help="only the submit-burst figure")
     a = ap.parse_args(argv)
-    for name, value, hi in (("--jobs", a.jobs, MAX_JOBS), ("--agents", a.agents, MAX_AGENTS),
-                            ("--job-channels", a.job_channels, 1024)):
-        if not 1 <= value <= hi:
-            ap.error(f"{name} must be between 1 and {hi}, got {value}")
+    for name, value, lo, hi in (("--jobs", a.jobs, 1, MAX_JOBS), ("--agents", a.agents, 1, MAX_AGENTS),
+                                ("--job-channels", a.job_channels, 1, 1024), ("--compare", a.compare, 0, 20),
+                                ("--burst", a.burst, 0, MAX_JOBS), ("--burst-clients", a.burst_clients, 1, 256)):
+        if not lo <= value <= hi:
+            ap.error(f"{name} must be between {lo} and {hi}, got {value}")
     for name, value in (("--round-s", a.round_s), ("--duration", a.duration), ("--setup-timeout", a.setup_timeout)):
         if not (math.isfinite(value) and 0 < value <= 3600):
             ap.error(f"{name} must be a positive number of seconds up to 3600, got {value}")
+    if a.burst_only and not a.burst:
+        ap.error("--burst-only needs --burst > 0")
     return Settings(a.jobs, a.agents, a.round_s, a.duration, a.setup_timeout, a.job_channels,
-                    a.policy, a.mechanism, a.seed, a.timeline)
+                    a.policy, a.mechanism, a.seed, a.timeline, a.decider, a.attribute, a.compare,
+                    a.burst, a.burst_clients, not a.burst_only)
 
 
 def main(argv: list[str] | None = None) -> int:
     s = parse_args(argv)
     random.seed(s.seed)
-    with tempfile.TemporaryDirectory(prefix="synergy-load-") as tmp:
-        state_dir = Path(tmp) / "state"
-        proc = start_daemon(state_dir, s)
-        try:
-            stats, timings = asyncio.run(
-                asyncio.wait_for(drive(s, state_dir, psutil.Process(proc.pid)),
-                                 timeout=s.setup_timeout_s + s.duration_s + 60))
-        finally:
-            stop_daemon(proc)
-    report(s, stats, timings)
+    print(f"machine: {machine_load()}")
+    if s.compare:
+        return compare(s)
+    if s.load:
+        stats, timings, spans = run_load(s, s.decider)
+        print(f"decider: {s.decider}")
+        report(s, stats, timings)
+        if s.attribute:
+            report_attribution(stats, spans)
+    if s.burst:
+        b = run_burst(s, s.decider)
+        print(f"\nsubmit burst: {s.burst} submits from {s.burst_clients} concurrent clients "
+              f"(one call in flight each), decider {s.decider}, in {b.elapsed_s:.2f} s")
+        print(f"  {burst_line(b)}")
+    print(f"\nmachine after: {machine_load()}")
+    return 0
+
+
+def compare(s: Settings) -> int:
+    """Both deciders, alternating, so that they see the same (shared, noisy) machine."""
+    deciders = ("inline", "process")
+    if s.load:
+        print(f"load: {s.jobs} jobs + {s.agents} agents, {s.duration_s:g} s windows, round {s.round_s:g} s "
+              f"(target p99 <= {TARGET_P99_MS:g} ms)")
+        for k in range(s.compare):
+            for d in deciders:
+                stats, timings, spans = run_load(s, d)
+                print(f"  run {k + 1} {d:<8}{load_line(stats, timings)}  [{machine_load()}]", flush=True)
+                if s.attribute:
+                    report_attribution(stats, spans)
+    if s.burst:
+        print(f"submit burst: {s.burst} submits from {s.burst_clients} concurrent clients")
+        for k in range(s.compare):
+            for d in deciders:
+                print(f"  run {k + 1} {d:<8}{burst_line(run_burst(s, d))}  [{machine_load()}]", flush=True)
     return 0
 
 

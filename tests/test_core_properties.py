@@ -1,6 +1,14 @@
 """Scheduling invariants over random clusters and job sets (hypothesis)."""
 from __future__ import annotations
 
+import copy
+import dataclasses
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -9,7 +17,9 @@ from synergy.scheduler.core import Scheduler
 from synergy.scheduler.mechanisms.greedy import Greedy
 from synergy.scheduler.mechanisms.proportional import Proportional
 from synergy.scheduler.mechanisms.tune import Tune
-from synergy.scheduler.model import EPS, Cluster, Job, Resources, RoundInput, RoundOutput, Server
+from synergy.scheduler.model import (
+    EPS, Allocation, Cluster, Job, Resources, RoundInput, RoundOutput, Server,
+)
 from synergy.scheduler.policies.fifo import Fifo
 from synergy.scheduler.throughput import proportional_speed, speed
 
@@ -120,20 +130,70 @@ def test_tune_leaves_no_gpu_idle_while_a_fitting_job_waits(scenario) -> None:
             assert job.gpus > free + EPS, f"{mech.name}: job {jid} ({job.gpus} GPUs) waits with {free} GPUs idle"
 
 
+# -- determinism: what the policy does not order must not change the decision --------------
+def presented_differently(inp: RoundInput, rng: random.Random) -> RoundInput:
+    """The same round as another shell might hand it over: jobs in another order (equal
+    arrivals included, which only the policy's id tie-break orders), rebuilt as equal but
+    distinct objects with copied profiles (shared by some jobs, not by others), and
+    `previous` in another insertion order."""
+    copies: dict[int, object] = {}
+    jobs = []
+    for j in rng.sample(list(inp.jobs), len(inp.jobs)):
+        profile = copies.setdefault(id(j.profile), copy.deepcopy(j.profile)) if rng.random() < 0.5 \
+            else copy.deepcopy(j.profile)
+        jobs.append(dataclasses.replace(j, profile=profile))
+    previous = list(inp.previous.items())
+    rng.shuffle(previous)
+    return RoundInput(inp.now_s, inp.cluster, jobs, dict(previous), inp.round_s)
+
+
+def renamed(cluster: Cluster, rng: random.Random) -> tuple[Cluster, dict[str, str]]:
+    """The cluster with its servers renamed by a random bijection, and new name -> old name.
+
+    The new names sort and hash in another order than the positions: a decision that
+    depended on server ids (sorting by them, iterating a set of them) would change. On a
+    homogeneous cluster this is exactly a shuffle of the servers' order.
+    """
+    order = rng.sample(range(len(cluster.servers)), len(cluster.servers))
+    new = [f"n{order[k]:03d}-{rng.randrange(10**6)}" for k in range(len(cluster.servers))]
+    servers = tuple(dataclasses.replace(s, id=name) for s, name in zip(cluster.servers, new))
+    return Cluster(servers), {name: s.id for name, s in zip(new, cluster.servers)}
+
+
+def named_back(out: RoundOutput, old_name: dict[str, str]) -> RoundOutput:
+    allocations = {
+        jid: Allocation(jid, tuple(dataclasses.replace(p, server_id=old_name[p.server_id]) for p in a.placements))
+        for jid, a in out.allocations.items()
+    }
+    return RoundOutput(allocations, out.waiting, out.reverted)
+
+
+def assert_presentation_free(mech, inp: RoundInput, seed: int) -> None:
+    """`mech` decides `inp` exactly as it decides the same round presented differently."""
+    rng = random.Random(seed)
+    sched = Scheduler(Fifo(), mech)
+    first = sched.schedule(inp)
+    # Next round, with this one's allocations as `previous`.
+    inp = dataclasses.replace(inp, previous=dict(first.allocations))
+    first = sched.schedule(inp)
+    assert sched.schedule(presented_differently(inp, rng)) == first, "job order, identity or `previous` order"
+    cluster, old_name = renamed(inp.cluster, rng)
+    out = sched.schedule(presented_differently(dataclasses.replace(inp, cluster=cluster), rng))
+    assert named_back(out, old_name) == first, "server names"
+
+
 @SETTINGS
-@given(scenarios())
-def test_core_is_deterministic(scenario) -> None:
+@given(scenarios(), st.integers(0, 2**32 - 1))
+def test_core_is_deterministic(scenario, seed) -> None:
     cluster, jobs = scenario
     for mech in MECHANISMS:
-        assert run(mech, cluster, jobs) == run(mech, cluster, list(reversed(jobs)))
+        assert_presentation_free(mech, RoundInput(0.0, cluster, jobs), seed)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.integers(0, 2**16))
 def test_server_indexes_change_no_decision(scenario, seed) -> None:
     """Large clusters search through bucket indexes; they must pick exactly what a scan picks."""
-    import random
-
     import synergy.scheduler.state as state_module
 
     cluster, jobs = scenario
@@ -152,3 +212,36 @@ def test_server_indexes_change_no_decision(scenario, seed) -> None:
         finally:
             state_module.INDEX_MIN_SERVERS = saved
     assert results[0] == results[1]
+
+
+DECIDE_AND_PRINT = """
+import sys
+sys.path.insert(0, {tests!r})
+from profiles_for_tests import ZOO_LIKE
+from synergy.scheduler.core import Scheduler
+from synergy.scheduler.mechanisms.greedy import Greedy
+from synergy.scheduler.mechanisms.proportional import Proportional
+from synergy.scheduler.mechanisms.tune import Tune
+from synergy.scheduler.model import Cluster, Job, Resources, RoundInput, Server
+from synergy.scheduler.policies.fifo import Fifo
+names = sorted(ZOO_LIKE)
+cluster = Cluster(tuple(Server(f"gpu-node-{{k}}", Resources(8, (24, 48, 32)[k % 3], 500)) for k in range(7)))
+jobs = [Job(i, names[i % 4], (1, 2, 1, 4)[i % 4], float(i // 4), 1e4, ZOO_LIKE[names[i % 4]]) for i in range(40)]
+for mech in (Proportional(), Greedy(), Tune()):
+    print(repr(Scheduler(Fifo(), mech).schedule(RoundInput(0.0, cluster, jobs))))
+"""
+
+
+def test_decisions_do_not_depend_on_the_interpreters_hash_seed(tmp_path: Path) -> None:
+    """A restarted daemon must decide what the previous process decided: nothing may
+    depend on the iteration order of sets or dicts of strings, which the hash seed changes."""
+    script = tmp_path / "decide.py"
+    script.write_text(DECIDE_AND_PRINT.format(tests=str(Path(__file__).parent)))
+    outputs = []
+    for seed in ("1", "2", "3"):
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0].count("Allocation(") > 20
+    assert outputs[0] == outputs[1] == outputs[2]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -18,8 +19,9 @@ from synergy.scheduler.daemon.auth import AuthInterceptor
 from synergy.scheduler.daemon.clock import Clock, SystemClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.decider import from_env as decider_from_env
 from synergy.scheduler.daemon.decoding import StrictDecoding
-from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent
+from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent, ProgressFlushEvent, refresh_gauges
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.leases import LeaseBook
 from synergy.scheduler.daemon.logs import LOGGER, event
@@ -114,7 +116,8 @@ class App:
         cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE, warn)
         self.started_at = self.clock.now()
         self.ctx = ctx = DaemonContext(
-            cfg, self.clock, self.store, ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log
+            cfg, self.clock, self.store, ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log,
+            decider=decider_from_env(os.environ.get("SYNERGYD_DECIDER"), self.log),
         )
         logic = Logic.build(ctx)
         self.jobs, self.reconciler, self.nodes = logic.jobs, logic.reconciler, logic.nodes
@@ -141,7 +144,9 @@ class App:
         if self.servers.agent_port is not None:
             self.state_dir.write_address(AGENT_ADDRESS_FILE, f"{cfg.host}:{self.servers.agent_port}")
         if cfg.metrics_port is not None:
-            self.metrics_server = MetricsServer(ctx.metrics, cfg.host, cfg.metrics_port, self.healthy)
+            self.metrics_server = MetricsServer(
+                ctx.metrics, cfg.host, cfg.metrics_port, self.healthy, refresh=lambda: refresh_gauges(self)
+            )
             self.metrics_server.start()
             self.state_dir.write_address(METRICS_ADDRESS_FILE, f"{cfg.host}:{self.metrics_server.port}")
         self.events.start()
@@ -196,8 +201,13 @@ class App:
         if self.events is not None:
             self.events.stop()
             for ev in self.events.events:
-                if ev.name == "progress-flush" and self.damaged is None:
-                    self.events.run_one(ev)
+                if isinstance(ev, ProgressFlushEvent) and self.damaged is None:
+                    try:
+                        ev.flush_all()
+                    except Exception:  # noqa: BLE001 (still release the state dir)
+                        event(self.log, "event.failed", logging.ERROR, exc_info=True, name=ev.name)
+        if hasattr(self, "ctx"):
+            self.ctx.decider.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         if self.store is not None:

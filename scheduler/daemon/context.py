@@ -15,6 +15,7 @@ from typing import Iterable
 
 from synergy.scheduler.daemon.clock import Clock
 from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.decider import Decider, InlineDecider
 from synergy.scheduler.daemon.live import LiveState
 from synergy.scheduler.daemon.logs import LOGGER
 from synergy.scheduler.daemon.metrics import Metrics
@@ -41,6 +42,8 @@ class DaemonContext:
     job_tokens: dict[str, int] = field(default_factory=dict)
     #: When this daemon process took over the state (what it launched before is unknown).
     started_at: float = 0.0
+    #: Where rounds are decided (synergyd: a worker process for large rounds; see decider.py).
+    decider: Decider = field(default_factory=InlineDecider)
 
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock.now()

@@ -6,12 +6,15 @@ serves and 503 otherwise, for load balancers and `curl -f`.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from synergy.scheduler.daemon.logs import LOGGER
 
 
 @dataclass
@@ -54,14 +57,26 @@ class Metrics:
 
 
 class MetricsServer:
-    """A small threaded HTTP server; `port=0` picks a free port (see `.port`)."""
+    """A small threaded HTTP server; `port=0` picks a free port (see `.port`).
 
-    def __init__(self, metrics: Metrics, host: str, port: int, healthy: Callable[[], bool]) -> None:
+    `refresh` runs before each /metrics answer: gauges computed from the daemon's state are
+    set when someone reads them, not every second whether anyone does or not.
+    """
+
+    def __init__(
+        self, metrics: Metrics, host: str, port: int, healthy: Callable[[], bool],
+        refresh: Callable[[], None] | None = None,
+    ) -> None:
         registry = metrics.registry
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 if self.path.split("?")[0] == "/metrics":
+                    if refresh is not None:
+                        try:
+                            refresh()
+                        except Exception:  # noqa: BLE001 (serve the last values rather than nothing)
+                            logging.getLogger(LOGGER).exception("metrics.refresh_failed")
                     self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
                 elif self.path.split("?")[0] == "/healthz":
                     ok = healthy()

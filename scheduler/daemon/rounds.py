@@ -114,7 +114,7 @@ class RoundLoop:
             }
         started = time.perf_counter()
         inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.config.heartbeat_window)
-        out = scheduler.schedule(inp)
+        out = ctx.decider.decide(scheduler, inp)
         decision_s = time.perf_counter() - started
         ctx.metrics.decision_seconds.observe(decision_s)
         self.last_decision_s = decision_s

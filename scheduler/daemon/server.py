@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
@@ -33,10 +34,16 @@ class BindError(RuntimeError):
 
 
 class LoopThread:
-    """An asyncio event loop running on a daemon thread; `run` executes a coroutine on it."""
+    """An asyncio event loop running on a daemon thread; `run` executes a coroutine on it.
+
+    Its default executor is one thread: a handler that finds the state lock taken waits
+    for it there, so that waiting for the lock never stalls the loop (servicers/base.py).
+    """
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self._handlers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpc-handlers")
+        self.loop.set_default_executor(self._handlers)
         self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-loop", daemon=True)
         self._thread.start()
 
@@ -48,6 +55,7 @@ class LoopThread:
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self.loop.close()
+        self._handlers.shutdown(wait=False)
 
 
 @dataclass

@@ -195,9 +195,11 @@ def test_bad_job_specs_are_invalid_argument_naming_the_field(admin: Admin, reque
 
 
 def test_oversized_message_is_refused_and_the_daemon_stays_up(daemon: DaemonProcess, admin: Admin) -> None:
-    code, _ = code_of(admin.stub.SubmitJob, spec(command=["x" * 4000] * 1200), metadata=admin.md)
+    before = sorted((j.id, j.name) for j in admin.jobs())
+    code, _ = code_of(admin.stub.SubmitJob, spec(name="oversized", command=["x" * 4000] * 1200), metadata=admin.md)
     assert code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT)
-    assert daemon.alive() and admin.jobs() is not None
+    assert daemon.alive()
+    assert sorted((j.id, j.name) for j in admin.jobs()) == before  # answered, and nothing was created
 
 
 def test_unknown_duplicate_and_unhostable_jobs(admin: Admin, node, daemon: DaemonProcess, start_agent) -> None:
@@ -210,11 +212,12 @@ def test_unknown_duplicate_and_unhostable_jobs(admin: Admin, node, daemon: Daemo
     )
     code, details = code_of(admin.stub.DescribeJob, admin_pb2.DescribeJobRequest(job=""), metadata=admin.md)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("job:")
-    admin.submit("twin", gpus=1)
+    twin = admin.submit("twin", gpus=1)
     code, details = code_of(admin.stub.SubmitJob, spec(name="twin"), metadata=admin.md)
     assert code == grpc.StatusCode.ALREADY_EXISTS and "twin" in details
     admin.CancelJob(admin_pb2.CancelJobRequest(job="twin", reason="reuse the name"))
-    assert admin.submit("twin", gpus=1).id > 0  # an ended job's name is free again
+    again = admin.submit("twin", gpus=1)  # an ended job's name is free again, for a new job
+    assert again.id > twin.id and again.name == "twin" and admin.describe("twin").id == again.id
     admin.CancelJob(admin_pb2.CancelJobRequest(job="twin", reason="cleanup"))
     # Valid, but larger than any node ever registered here: accepted, and it says why it waits.
     big = admin.submit("eight", gpus=8)

@@ -6,6 +6,8 @@ would mean a request reached code that did not expect it.
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from typing import Iterator
 
 import grpc
@@ -37,9 +39,27 @@ METHODS = {
     "/synergy.v1.AdminService/SetPolicy": "admin",
     "/synergy.v1.NodeService/RegisterNode": "cluster",
     "/synergy.v1.NodeService/Heartbeat": "cluster",
-    "/synergy.v1.JobService/RenewLease": "admin",
-    "/synergy.v1.JobService/ReportCheckpoint": "cluster",
 }
+#: JobService methods are fuzzed with a real job token (test_malformed_bytes_with_a_job_token):
+#: with any other token the bytes stop at authentication and reach no handler.
+JOB_METHODS = {
+    "RegisterJobProcess": job_pb2.RegisterJobProcessRequest,
+    "RenewLease": job_pb2.RenewLeaseRequest,
+    "ReportProfile": job_pb2.ReportProfileRequest,
+    "ReportCheckpoint": job_pb2.ReportCheckpointRequest,
+    "ReportCompletion": job_pb2.ReportCompletionRequest,
+}
+#: What a call with a valid job token may be answered. Never UNAUTHENTICATED (tokens of
+#: ended jobs stay known), never INTERNAL or UNKNOWN.
+JOB_ANSWERS = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.PERMISSION_DENIED,
+}
+#: synergyd_rpc_errors_total samples, as `(method, code, count)`.
+ERROR_SAMPLE = re.compile(r'^synergyd_rpc_errors_total\{code="(\w+)",method="(\w+)"\} ([0-9.e+]+)$', re.M)
 
 
 class Fuzz:
@@ -71,10 +91,18 @@ class Fuzz:
         self.accepted.add(reply.job.id)
         return grpc.StatusCode.OK
 
+    def rpc_errors(self) -> dict[tuple[str, str], float]:
+        """The daemon's own count of error answers, by (method, code), from /metrics."""
+        text = urllib.request.urlopen(f"http://{self.daemon.metrics_address}/metrics", timeout=5).read().decode()
+        return {(method, code): float(n) for code, method, n in ERROR_SAMPLE.findall(text)}
+
     def still_up(self) -> None:
+        """Alive, serving, and no handler has failed unexpectedly so far (by its metrics)."""
         assert self.daemon.alive(), self.daemon.log_text()[-2000:]
         reply = self.health.Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        unexpected = {k: n for k, n in self.rpc_errors().items() if k[1] in ("INTERNAL", "UNKNOWN") and n}
+        assert not unexpected, (unexpected, self.daemon.log_text()[-4000:])
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +167,7 @@ def test_random_job_specs(fuzz: Fuzz, spec: admin_pb2.JobSpec) -> None:
 @given(method=st.sampled_from(sorted(METHODS)), payload=st.binary(max_size=512))
 def test_malformed_bytes_to_every_method(fuzz: Fuzz, method: str, payload: bytes) -> None:
     code = fuzz.call(method, payload, fuzz.tokens[METHODS[method]])
-    if _undecodable(method, payload) and "JobService" not in method:  # (job methods get a wrong token)
+    if _undecodable(method, payload):
         assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert code in DELIBERATE, code
     fuzz.still_up()
@@ -157,8 +185,7 @@ def _undecodable(method: str, payload: bytes) -> bool:
         "SetPolicy": admin_pb2.SetPolicyRequest,
         "RegisterNode": node_pb2.RegisterNodeRequest,
         "Heartbeat": node_pb2.HeartbeatRequest,
-        "RenewLease": job_pb2.RenewLeaseRequest,
-        "ReportCheckpoint": job_pb2.ReportCheckpointRequest,
+        **JOB_METHODS,
     }
     try:
         types[method.rsplit("/", 1)[1]].FromString(payload)
@@ -277,6 +304,88 @@ def test_random_job_calls(
             call(request, metadata=auth, timeout=5)
         except grpc.RpcError as exc:
             assert exc.code() in DELIBERATE, (exc.code(), exc.details())
+    fuzz.still_up()
+
+
+def own_requests(task: node_pb2.TaskSpec) -> dict[str, bytes]:
+    """A valid request of each JobService method for the launched task, serialised: the
+    seeds that the byte-level fuzzing below mutates, so that many mutants still decode and
+    name the job the token belongs to, and reach the handlers' logic."""
+    ref = task.ref
+    profile = common_pb2.SensitivityProfile(
+        task="image", cpus_per_gpu=[1, 4], mem_gb_per_gpu=[10, 100],
+        throughput=[common_pb2.ProfileRow(throughput=[0.5, 0.6]), common_pb2.ProfileRow(throughput=[0.9, 1.0])],
+        reference_cpus_per_gpu=4, reference_mem_gb_per_gpu=100, iter_time_s=0.1,
+    )
+    requests = {
+        "RegisterJobProcess": job_pb2.RegisterJobProcessRequest(
+            job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank, world_size=task.world_size,
+            node_id="fz-big", hostname="fz-big", pid=4242),
+        "RenewLease": job_pb2.RenewLeaseRequest(
+            job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank, step=100, samples_per_s=320, steps_per_s=10),
+        "ReportProfile": job_pb2.ReportProfileRequest(job_id=ref.job_id, profile=profile),
+        "ReportCheckpoint": job_pb2.ReportCheckpointRequest(
+            job_id=ref.job_id, attempt=ref.attempt, step=100, path="/ckpt/100"),
+        "ReportCompletion": job_pb2.ReportCompletionRequest(
+            job_id=ref.job_id, attempt=ref.attempt, outcome=1, step=100, message="done"),
+    }
+    return {name: r.SerializeToString() for name, r in requests.items()}
+
+
+def mutate(seed: bytes, edits: list[tuple[int, int, int]], tail: bytes) -> bytes:
+    """Apply (kind, position, value) edits: 0 overwrites a byte, 1 inserts one, 2 deletes
+    one, 3 truncates there; then append `tail`."""
+    data = bytearray(seed)
+    for kind, pos, value in edits:
+        at = pos % (len(data) + 1)
+        if kind == 0 and at < len(data):
+            data[at] = value
+        elif kind == 1:
+            data.insert(at, value)
+        elif kind == 2 and at < len(data):
+            del data[at]
+        elif kind == 3:
+            del data[at:]
+    return bytes(data) + tail
+
+
+byte_edits = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1024), st.integers(0, 255)), max_size=6)
+
+
+@SLOW
+@given(
+    method=st.sampled_from(sorted(JOB_METHODS)),
+    mutated=st.booleans(),
+    edits=byte_edits,
+    tail=st.binary(max_size=32),
+    noise=st.binary(max_size=512),
+)
+def test_malformed_bytes_with_a_job_token(
+    fuzz: Fuzz, launched: node_pb2.TaskSpec, method: str, mutated: bool, edits, tail: bytes, noise: bytes
+) -> None:
+    """Bytes that pass authentication: the launched job's own token, and payloads that are
+    either random or a valid request of that job with bytes overwritten, inserted, deleted,
+    truncated or appended."""
+    payload = mutate(own_requests(launched)[method], edits, tail) if mutated else noise
+    code = fuzz.call(f"/synergy.v1.JobService/{method}", payload, launched.job_token)
+    if _undecodable(f"/synergy.v1.JobService/{method}", payload):
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert code in JOB_ANSWERS, code
+    fuzz.still_up()
+
+
+def test_job_token_fuzzing_reaches_the_handlers(fuzz: Fuzz, launched: node_pb2.TaskSpec) -> None:
+    """The valid seeds themselves get a handler's answer (not an authentication one), so the
+    mutants of them above exercise the handlers and not only the interceptors."""
+    for method, payload in own_requests(launched).items():
+        code = fuzz.call(f"/synergy.v1.JobService/{method}", payload, launched.job_token)
+        assert code in JOB_ANSWERS, (method, code)
+    stub = job_pb2_grpc.JobServiceStub(fuzz.channel)
+    other = job_pb2.RenewLeaseRequest(job_id=launched.ref.job_id + 10_000, attempt=1, rank=0, step=1)
+    with pytest.raises(grpc.RpcError) as denied:
+        stub.RenewLease(other, metadata=md(launched.job_token), timeout=5)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert fuzz.rpc_errors().get(("RenewLease", "PERMISSION_DENIED"), 0) >= 1
     fuzz.still_up()
 
 

@@ -67,7 +67,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         validation.profile(doc, request.profile.model or f"job-{request.job_id}", "profile")
         return job_pb2.ReportProfileResponse(profile_source=self.leases.report_profile(caller, request.job_id, doc))
 
-    @rpc
+    @rpc(on_loop=True)  # hot and lock-free in the common case: no thread hand-off
     def RenewLease(
         self, request: job_pb2.RenewLeaseRequest, context: grpc.ServicerContext
     ) -> job_pb2.RenewLeaseResponse:
