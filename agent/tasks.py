@@ -27,7 +27,7 @@ from typing import Callable, Iterable
 
 from synergy.agent import contract
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
-from synergy.agent.cores import CoreError, choose_cores, format_cpu_list
+from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
 from synergy.scheduler.daemon.logs import event
 from synergy.v1 import node_pb2
 
@@ -78,7 +78,7 @@ class Task:
     share: Share
     log_path: Path
     phase: Phase = Phase.STARTING
-    cores: tuple[int, ...] = ()
+    grant: CoreGrant = CoreGrant()
     gpu_indices: tuple[int, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
     exit_code: int = 0
@@ -93,6 +93,11 @@ class Task:
     @property
     def pid(self) -> int:
         return self.proc.pid if self.proc is not None else 0
+
+    @property
+    def cores(self) -> tuple[int, ...]:
+        """The task's cpuset (its whole cores and its shared core)."""
+        return self.grant.cores
 
     @property
     def cgroup(self) -> str:
@@ -170,16 +175,16 @@ class Supervisor:
         self.tasks: dict[TaskKey, Task] = {}
 
     # -- what is taken --------------------------------------------------------------------------
-    def _held(self, exclude: TaskKey | None = None) -> tuple[set[int], set[int], float]:
-        cores: set[int] = set()
+    def _held(self, exclude: TaskKey | None = None) -> tuple[list[CoreGrant], set[int], float]:
+        grants: list[CoreGrant] = []
         gpus: set[int] = set()
         mem = 0.0
         for t in self.tasks.values():
             if t.alive and t.key != exclude:
-                cores.update(t.cores)
+                grants.append(t.grant)
                 gpus.update(t.gpu_indices)
                 mem += t.share.mem_gb
-        return cores, gpus, mem
+        return grants, gpus, mem
 
     def _limits(self, share: Share, cores: tuple[int, ...]) -> Limits:
         return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=share.cpus)
@@ -205,9 +210,9 @@ class Supervisor:
         workdir = Path(spec.working_dir) if spec.working_dir else self.work_dir
         if not workdir.is_dir():
             raise LaunchError(f"task.working_dir: {workdir} does not exist or is not a directory")
-        taken_cores, taken_gpus, mem_used = self._held(task.key)
+        held, taken_gpus, mem_used = self._held(task.key)
         try:
-            task.cores = choose_cores(share.cpus, self.cores, taken_cores)
+            task.grant = choose_cores(share.cpus, self.cores, held)
         except CoreError as exc:
             raise LaunchError(f"impossible placement: {exc}") from None
         free_gpus = [i for i in range(self.gpu_count) if i not in taken_gpus]
@@ -263,6 +268,7 @@ class Supervisor:
             job=task.name,
             pid=task.pid,
             cores=format_cpu_list(task.cores),
+            shared_core=task.grant.shared,
             cpus=share.cpus,
             mem_gb=share.mem_gb,
             gpus=list(task.gpu_indices),
@@ -302,7 +308,7 @@ class Supervisor:
 
     def _fail(self, task: Task, message: str) -> None:
         task.phase, task.exit_code, task.message = Phase.EXITED, LAUNCH_FAILED, f"launch failed: {message}"
-        task.cores, task.gpu_indices = (), ()
+        task.grant, task.gpu_indices = CoreGrant(), ()
         event(self.log, "task.launch_failed", level=logging.WARNING, task=str(task.key), job=task.name, reason=message)
 
     # -- RESIZE ---------------------------------------------------------------------------------
@@ -313,33 +319,34 @@ class Supervisor:
         new = Share(gpus, cpus, mem_gb)
         if new == task.share:
             return True
-        taken_cores, _, mem_used = self._held(key)
+        held, _, mem_used = self._held(key)
         why = ""
         if gpus != task.share.gpus:
             why = f"a resize keeps the GPUs ({task.share.gpus}), got {gpus}"
         elif mem_used + mem_gb > self.mem_gb + 1e-6:
             why = f"needs {mem_gb:g} GB, {self.mem_gb - mem_used:g} GB are free"
-        cores = task.cores
+        grant = task.grant
         if not why:
             try:
-                cores = choose_cores(cpus, self.cores, taken_cores, keep=task.cores)
-                self.cgroups.apply(task.cgroup, self._limits(new, cores))
+                grant = choose_cores(cpus, self.cores, held, keep=task.grant)
+                self.cgroups.apply(task.cgroup, self._limits(new, grant.cores))
                 if self.cgroups.kind == "none":
-                    _pin_tree(task.pid, cores)
+                    _pin_tree(task.pid, grant.cores)
             except (CoreError, CgroupError) as exc:
                 why = str(exc)
         if why:
             event(self.log, "task.resize_failed", level=logging.WARNING, task=str(key), reason=why)
             return False
         old = task.share
-        task.share, task.cores = new, cores
+        task.share, task.grant = new, grant
         event(
             self.log,
             "task.resized",
             task=str(key),
             cpus=f"{old.cpus:g}->{cpus:g}",
             mem_gb=f"{old.mem_gb:g}->{mem_gb:g}",
-            cores=format_cpu_list(cores),
+            cores=format_cpu_list(grant.cores),
+            shared_core=grant.shared,
         )
         return True
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from agent_harness import alive, cpus_allowed
-from synergy.agent.cgroups import Cgroups
+from synergy.agent.cgroups import Cgroups, detect
 from synergy.agent.cores import parse_cpu_list
 from synergy.agent.tasks import LAUNCH_FAILED, Phase, Supervisor, TaskKey
 from synergyd_harness import wait_for
@@ -94,3 +95,34 @@ def test_resize_moves_cores_in_place_and_exits_keep_being_reported(sup: Supervis
     assert t.exit_code == -9 and "exit code -9" in t.message
     sup.forget(TaskKey(99, 1, 0))  # unknown: ignored
     assert t.key in sup.tasks  # reported until the daemon says forget
+
+
+def test_four_half_cpu_tasks_share_two_cores_each_with_its_quota(tmp_path: Path) -> None:
+    """0.5 CPU per task on a 2-core slice: all four run (two per core), each held to 0.5 CPU."""
+    if len(CORES) < 2:
+        pytest.skip("needs two cores")
+    cg = detect(f"synergy-test/{uuid.uuid4().hex[:8]}", CORES[:2])
+    s = Supervisor(node_id="n", cores=CORES[:2], gpus=4, mem_gb=4, work_dir=tmp_path, cgroups=cg,
+                   log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
+    try:
+        tasks = [s.launch(_spec(j, cpus=0.5, mem_gb=0.25)) for j in range(1, 5)]
+        assert all(t.phase == Phase.RUNNING for t in tasks), [t.message for t in tasks]
+        assert sorted(t.grant.shared for t in tasks) == sorted([CORES[0], CORES[1]] * 2)
+        for t in tasks:
+            wait_for(lambda: cpus_allowed(t.pid) == str(t.grant.shared), timeout=30, what="affinity")
+            if cg.kind == "v1":
+                quota = (cg._dir("cpu", t.cgroup) / "cpu.cfs_quota_us").read_text().strip()
+                period = (cg._dir("cpu", t.cgroup) / "cpu.cfs_period_us").read_text().strip()
+                assert int(quota) == int(period) // 2
+        # whole cores stay exclusive: a 1-CPU task does not fit beside shared cores
+        t = s.launch(_spec(9, cpus=1, gpus=0, mem_gb=0.25))
+        assert t.phase == Phase.EXITED and "needs 1 exclusive cores" in t.message
+        s.stop(tasks[0].key, 0, "test")
+        s.stop(tasks[1].key, 0, "test")
+        for k in (tasks[0].key, tasks[1].key):
+            _until_exited(s, k)
+        t = s.launch(_spec(10, cpus=1, gpus=0, mem_gb=0.25))
+        assert t.phase == Phase.RUNNING and t.grant.exclusive and t.grant.shared is None
+    finally:
+        s.shutdown(0)
+        cg.teardown()
