@@ -122,6 +122,10 @@ class Cgroups:
     def exists(self, name: str) -> bool:
         return False
 
+    def children(self) -> list[str]:
+        """Names of the task groups under the agent's parent (a restart finds its old ones)."""
+        return []
+
     def remove(self, name: str) -> bool:
         """Kill what is left in the group and remove it; False when it is still busy."""
         return True
@@ -175,6 +179,15 @@ class _TreeCgroups(Cgroups):
 
     def exists(self, name: str) -> bool:
         return all(d.is_dir() for d in self._dirs(name))
+
+    def children(self) -> list[str]:
+        names: set[str] = set()
+        for d in self._dirs():
+            try:
+                names.update(p.name for p in d.iterdir() if p.is_dir())
+            except OSError:
+                continue
+        return sorted(names)
 
     def join_files(self, name: str) -> list[str]:
         return [str(d / "cgroup.procs") for d in self._dirs(name)]

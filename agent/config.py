@@ -58,6 +58,8 @@ class AgentConfig:
     #: Address the job processes call (the JobService); defaults to --daemon.
     job_daemon_address: str = ""
     stop_grace_s: float = 10.0
+    #: stop the tasks when the agent exits (default: leave them running for the next instance)
+    stop_tasks_on_exit: bool = False
     log_level: str = "info"
     log_format: str = "json"
 
@@ -107,6 +109,8 @@ def parser() -> argparse.ArgumentParser:
       "(default: --daemon)")
     a("--stop-grace-s", type=float, default=10.0, metavar="S", help="SIGTERM-to-SIGKILL grace when the agent "
       "itself stops its tasks on shutdown (default: 10)")
+    a("--stop-tasks-on-exit", action="store_true", help="stop every task when the agent exits on SIGTERM / "
+      "SIGINT (default: tasks keep running and the next agent started with the same --work-dir re-adopts them)")
     a("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
     a("--log-format", default="json", choices=["json", "text"], help="log format on stderr (default: json)")
     return p
@@ -204,6 +208,7 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         tls_key=tls_key,
         job_daemon_address=ns.job_daemon_address or daemon,
         stop_grace_s=ns.stop_grace_s,
+        stop_tasks_on_exit=ns.stop_tasks_on_exit,
         log_level=ns.log_level,
         log_format=ns.log_format,
     )

@@ -106,6 +106,7 @@ class Agent:
             daemon_address=cfg.job_daemon_address,
             tls_ca=cfg.tls_ca,
         )
+        self.supervisor.readopt()
         self.client = NodeClient(cfg.daemon, cfg.cluster_token, cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
         self.interval_s = DEFAULT_INTERVAL_S
         self.registered = False
@@ -219,6 +220,7 @@ class Agent:
               work_dir=str(cfg.work_dir))
         next_beat = time.monotonic()
         code = 0
+        stop_tasks = cfg.stop_tasks_on_exit
         try:
             while not waker.stop_signal:
                 self.supervisor.poll()
@@ -245,8 +247,9 @@ class Agent:
             sys.stderr.write(f"synergy-agent: {exc}\n")
             event(self.log, "agent.fatal", level=logging.ERROR, reason=str(exc))
             code = exc.code
+            stop_tasks = stop_tasks or code == EXIT_SUPERSEDED  # a newer agent owns the node now
         finally:
-            self.supervisor.shutdown(cfg.stop_grace_s)
+            self.supervisor.shutdown(cfg.stop_grace_s, stop_tasks=stop_tasks)
             self.cgroups.teardown()
             self.client.close()
             self.gpus.close()

@@ -192,3 +192,28 @@ def test_daemon_restart_agent_reconnects_and_nothing_is_launched_twice(
         assert alive(pid) and a.log_text().count("task.launched") == 1, a.log_text()
     finally:
         d.kill()
+
+
+EXIT_7_ON_GO = ("import os, sys, time; print('PID', os.getpid(), flush=True)\n"
+                "while not os.path.exists('go'): time.sleep(0.1)\n"
+                "print('going', flush=True); sys.exit(7)")
+
+
+def test_agent_kill9_and_restart_readopts_its_running_task(cluster: Callable[..., object], tmp_path: Path) -> None:
+    d = cluster("daemon")
+    a = cluster("agent", d, "phoenix", "--cpus", "0", "--memory", "1G")
+    job = _submit(d, "survivor", EXIT_7_ON_GO, tmp_path)
+    _state(d, job, "running")
+    pid = a.task_pid(job)
+    a.kill9()
+    assert alive(pid)  # the task outlives its agent
+    a.start()
+    wait_for(lambda: a.log_text().count("agent.registered") == 2, timeout=30, what="the agent to re-register")
+    assert f"task.readopted task={job}-1-0 pid={pid}" in a.log_text(), a.log_text()
+    assert a.log_text().count("task.launched") == 1, a.log_text()  # nothing launched twice
+    _state(d, job, "running")
+    assert alive(pid) and f"job{job}-a1-r0" in Path(f"/proc/{pid}/cgroup").read_text()
+    (tmp_path / "go").write_text("")  # now the re-adopted task exits 7: reported as such
+    reason = _state(d, job, "failed").state_reason
+    assert "exited with code 7" in reason and "going" in reason, reason
+    assert a.log_text().count("task.launched") == 1
