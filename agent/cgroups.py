@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -33,6 +33,20 @@ MEMORY_HIGH_FRACTION = 0.95
 
 class CgroupError(RuntimeError):
     """A cgroup file or directory could not be written (the message names the path)."""
+
+
+@dataclass(frozen=True)
+class CgroupStats:
+    """Cumulative counters of one task group (None: this cgroup version does not keep it)."""
+
+    cpu_usage_s: float | None = None
+    memory_bytes: int | None = None
+    page_faults: int | None = None
+    major_faults: int | None = None
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    #: resource ("cpu", "memory", "io") -> the text of its PSI file (v2 only)
+    pressure: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,10 @@ class Cgroups:
 
     def pids(self, name: str) -> list[int]:
         return []
+
+    def stats(self, name: str) -> CgroupStats:
+        """The group's own counters (telemetry prefers them to summing /proc over its processes)."""
+        return CgroupStats()
 
     def exists(self, name: str) -> bool:
         return False
@@ -258,6 +276,16 @@ class CgroupsV1(_TreeCgroups):
     def oom_kills(self, name: str) -> int:
         return _counter(_read(self._dir("memory", name) / "memory.oom_control"), "oom_kill")
 
+    def stats(self, name: str) -> CgroupStats:
+        mem = self._dir("memory", name)
+        usage = _read(mem / "memory.usage_in_bytes").strip()
+        stat = _read(mem / "memory.stat")
+        return CgroupStats(
+            memory_bytes=int(usage) if usage.isdigit() else None,
+            page_faults=_counter(stat, "total_pgfault") if stat else None,
+            major_faults=_counter(stat, "total_pgmajfault") if stat else None,
+        )
+
 
 class CgroupsV2(_TreeCgroups):
     kind = "v2"
@@ -305,6 +333,31 @@ class CgroupsV2(_TreeCgroups):
 
     def oom_kills(self, name: str) -> int:
         return _counter(_read(self._dir("memory", name) / "memory.events"), "oom_kill")
+
+    def stats(self, name: str) -> CgroupStats:
+        d = self._dir("cpuset", name)
+        cpu = _read(d / "cpu.stat")
+        mem = _read(d / "memory.current").strip()
+        stat = _read(d / "memory.stat")
+        io = _read(d / "io.stat")
+        rbytes = wbytes = 0
+        for line in io.splitlines():  # "8:0 rbytes=1 wbytes=2 rios=3 ..." per device
+            for kv in line.split()[1:]:
+                k, _, v = kv.partition("=")
+                if k == "rbytes" and v.isdigit():
+                    rbytes += int(v)
+                elif k == "wbytes" and v.isdigit():
+                    wbytes += int(v)
+        pressure = {r: t for r in ("cpu", "memory", "io") if (t := _read(d / f"{r}.pressure"))}
+        return CgroupStats(
+            cpu_usage_s=_counter(cpu, "usage_usec") / 1e6 if cpu else None,
+            memory_bytes=int(mem) if mem.isdigit() else None,
+            page_faults=_counter(stat, "pgfault") if stat else None,
+            major_faults=_counter(stat, "pgmajfault") if stat else None,
+            read_bytes=rbytes if io else None,
+            write_bytes=wbytes if io else None,
+            pressure=pressure,
+        )
 
 
 def _mounts(mounts_path: str) -> list[tuple[str, str, set[str]]]:

@@ -35,6 +35,7 @@ class AgentProcess:
             "--fake-gpus", str(self.fake_gpus),
             "--cgroup-parent", self.cgroup_parent,
             "--stop-grace-s", "2",
+            "--bandwidth-calibration-s", "0.05",
             "--stop-tasks-on-exit",  # tests leave no processes behind (the default leaves tasks running)
             "--log-format", "text",
             *self.extra,
