@@ -28,6 +28,7 @@ from synergy.agent.client import Backoff, NodeClient, statuses
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
 from synergy.agent.gpus import GIB, Gpus, discover
+from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.tasks import Supervisor, TaskKey
 from synergy.agent.telemetry import NodeSample, Sampler
 from synergy.scheduler.daemon.logs import JsonFormatter, TextFormatter, event
@@ -112,6 +113,7 @@ class Agent:
         self.sampler = Sampler(cfg.task_cores, self.cgroups, self.gpus, self._calibrate(), Resctrl())
         event(log, "agent.telemetry", interval_s=cfg.sample_interval_s, membw_source=self.sampler.membw_source)
         self.latest: NodeSample | None = None
+        self.metrics = MetricsServer(MetricsSources(cfg.node_id, lambda: self.latest, self.supervisor.counts))
         self.client = NodeClient(cfg.daemon, cfg.cluster_token, cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
         self.interval_s = DEFAULT_INTERVAL_S
         self.registered = False
@@ -242,6 +244,14 @@ class Agent:
               cores=format_cpu_list(cfg.cores), task_cores=format_cpu_list(cfg.task_cores),
               mem_gb=round(cfg.mem_gb, 3), gpus=self.gpus.count, fake_gpus=self.gpus.fake,
               work_dir=str(cfg.work_dir))
+        if cfg.metrics_port is not None:
+            try:
+                event(self.log, "agent.metrics", address=self.metrics.start(cfg.metrics_host, cfg.metrics_port,
+                                                                            cfg.work_dir))
+            except OSError as exc:
+                sys.stderr.write(f"synergy-agent: --metrics-port: cannot listen on {cfg.metrics_host}:"
+                                 f"{cfg.metrics_port}: {exc.strerror}\n")
+                return 2
         next_beat = next_sample = time.monotonic()
         code = 0
         stop_tasks = cfg.stop_tasks_on_exit
@@ -280,6 +290,7 @@ class Agent:
             self.cgroups.teardown()
             self.client.close()
             self.gpus.close()
+            self.metrics.close()
         return code
 
 

@@ -187,6 +187,20 @@ def _enter(join_files: list[str], cores: tuple[int, ...]) -> Callable[[], None]:
     return enter
 
 
+#: How a task's exit is counted (on /metrics): the kinds, fixed so the counts never change shape.
+EXIT_KINDS = ("ok", "restart", "failed", "oom", "stopped", "lost", "launch_failed")
+
+
+@dataclass
+class TaskCounts:
+    """Running totals since the agent started (read by /metrics; only the main loop writes)."""
+
+    launched: int = 0
+    readopted: int = 0
+    exits: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EXIT_KINDS, 0))
+    oom_kills: int = 0
+
+
 class Supervisor:
     def __init__(
         self,
@@ -218,6 +232,7 @@ class Supervisor:
         self.tls_ca = tls_ca
         self.clock = clock
         self.tasks: dict[TaskKey, Task] = {}
+        self.counts = TaskCounts()
 
     # -- what is taken --------------------------------------------------------------------------
     def _held(self, exclude: TaskKey | None = None) -> tuple[list[CoreGrant], set[int], float]:
@@ -322,6 +337,7 @@ class Supervisor:
             self._remove_cgroup(task)
             raise LaunchError(f"the task's shim did not start within {SHIM_START_TIMEOUT_S:g} s")
         task.phase = Phase.RUNNING
+        self.counts.launched += 1
         event(
             self.log,
             "task.launched",
@@ -370,6 +386,7 @@ class Supervisor:
     def _fail(self, task: Task, message: str) -> None:
         task.phase, task.exit_code, task.message = Phase.EXITED, LAUNCH_FAILED, f"launch failed: {message}"
         task.grant, task.gpu_indices = CoreGrant(), ()
+        self.counts.exits["launch_failed"] += 1
         event(self.log, "task.launch_failed", level=logging.WARNING, task=str(task.key), job=task.name, reason=message)
 
     # -- RESIZE ---------------------------------------------------------------------------------
@@ -506,6 +523,10 @@ class Supervisor:
         elif code not in (0, EXIT_RESTART):
             task.message = f"exit code {code}; last lines of {task.log_path}:\n{log_tail(task.log_path)}"
         self._remove_cgroup(task)
+        kind = ("lost" if task.lost else "oom" if oom else "stopped" if task.stop_reason else "ok" if code == 0
+                else "restart" if code == EXIT_RESTART else "failed")
+        self.counts.exits[kind] += 1
+        self.counts.oom_kills += oom
         event(
             self.log,
             "task.lost" if task.lost else "task.oom_killed" if oom else "task.exited",
@@ -578,6 +599,7 @@ class Supervisor:
                 task.lost = why + " (found at agent restart)"
                 self._exited(task, EXIT_LOST)
                 continue
+            self.counts.readopted += 1
             event(self.log, "task.readopted", task=str(task.key), pid=task.pid, phase=task.phase.value,
                   cores=format_cpu_list(task.cores))
         known = {t.cgroup for t in self.tasks.values()}

@@ -217,3 +217,28 @@ def test_agent_kill9_and_restart_readopts_its_running_task(cluster: Callable[...
     reason = _state(d, job, "failed").state_reason
     assert "exited with code 7" in reason and "going" in reason, reason
     assert a.log_text().count("task.launched") == 1
+
+
+def test_the_agent_serves_its_own_metrics_with_node_and_task_telemetry(
+    cluster: Callable[..., object], tmp_path: Path
+) -> None:
+    import urllib.request
+
+    d = cluster("daemon")
+    a = cluster("agent", d, "metered", "--cpus", "0", "--memory", "1G", "--sample-interval-s", "0.2")
+    job = _submit(d, "metered", SLEEPER, tmp_path)
+    _state(d, job, "running")
+    address = wait_for(lambda: (a.work_dir / "metrics.address").exists()
+                       and (a.work_dir / "metrics.address").read_text().strip(), timeout=30, what="metrics.address")
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    task = f'task="{job}-1-0"'
+    text = wait_for(lambda: t if task in (t := scrape()) else "", timeout=30, what="the task's gauges")
+    assert f'synergy_agent_task_rss_bytes{{node="metered",{task}}}' in text
+    assert f'synergy_agent_task_membw_bytes_per_second{{node="metered",source="estimate",{task}}}' in text
+    assert 'synergy_agent_node_membw_peak_bytes_per_second{node="metered",source="copy-benchmark"}' in text
+    assert 'synergy_agent_task_launches_total{how="launched",node="metered"} 1.0' in text
+    assert 'synergy_agent_node_tasks_running{node="metered"} 1.0' in text

@@ -113,12 +113,17 @@ def test_flags_are_checked(tmp_path: Path) -> None:
     cfg = from_args([*base, "--cpus", "0", "--memory", "1G", "--fake-gpus", "2", "--node-id", "n-1"])
     assert cfg.cores == (0,) and cfg.mem_gb == 1 and cfg.fake_gpus == 2 and (tmp_path / "w" / "logs").is_dir()
     assert "x" * 20 not in repr(cfg)
+    assert not cfg.stop_tasks_on_exit and cfg.metrics_port == 0 and cfg.sample_interval_s == 1
+    assert from_args([*base, "--metrics-port", "-1", "--stop-tasks-on-exit"]).metrics_port is None
     for extra, message in [
         (["--cpus", "9999"], "^--cpus: cores 9999 are not available"),
         (["--cpus", "0", "--reserve-cpus", "1"], "^--reserve-cpus"),
         (["--memory", "100000G"], "^--memory"),
         (["--node-id", "bad id"], "^--node-id"),
         (["--daemon", "nohost"], "^--daemon"),
+        (["--metrics-port", "70000"], "^--metrics-port"),
+        (["--sample-interval-s", "-1"], "^--sample-interval-s"),
+        (["--bandwidth-calibration-s", "nan"], "^--bandwidth-calibration-s"),
     ]:
         with pytest.raises(ConfigError, match=message):
             from_args([*base, *extra])
