@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -107,16 +108,19 @@ def test_sampling_real_tasks_ranks_a_burner_above_a_sleeper(tmp_path: Path) -> N
         assert burn.phase == sleep.phase == Phase.RUNNING
         first = sampler.sample(sup.tasks.values())
         assert first.tasks["1-1-0"].cpu_cores == 0  # no rate before a second sample
-        state: dict[str, object] = {}
+        state: dict[str, object] = {"at": time.monotonic()}
 
         def burning() -> bool:
-            state["s"] = s = sampler.sample(sup.tasks.values())
+            if time.monotonic() - state["at"] < 0.5:  # type: ignore[operator]
+                return False  # rates over a longer window than the 10 ms CPU-time tick
+            state["s"], state["at"] = s, _ = sampler.sample(sup.tasks.values()), time.monotonic()
             return s.tasks["1-1-0"].cpu_cores > 0.1
 
-        wait_for(burning, timeout=30, interval=0.3, what="the burner's CPU use to show")
+        wait_for(burning, timeout=30, interval=0.1, what="the burner's CPU use to show")
         s = state["s"]
         b, z = s.tasks["1-1-0"], s.tasks["2-1-0"]  # type: ignore[attr-defined]
-        assert b.cpu_cores <= 0.5 * 1.5 + 0.1  # held near its 0.5-CPU quota (cgroups) or by sharing
+        # held to its 0.5-CPU quota by its cgroup (plus tick noise); without cgroups only by the cores
+        assert b.cpu_cores <= (0.7 if cg.kind != "none" else len(CORES) + 0.1), b
         assert b.cpu_cores > z.cpu_cores and b.rss_bytes > 0 and z.memory_bytes > 0
         assert b.membw.source == SOURCE_ESTIMATE and b.membw.bytes_per_s == cal.estimate(b.cpu_cores)
         assert b.membw.bytes_per_s > z.membw.bytes_per_s
