@@ -161,7 +161,40 @@ class Resctrl:
             pass
 
     def forget(self, name: str) -> None:
+        for d in (self._group(name), self._ctrl(name)):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+    # -- MBA: memory-bandwidth allocation -------------------------------------------------------
+    def _ctrl(self, name: str) -> Path:
+        return self.root / f"{self.prefix}-{name}"
+
+    def mba_domains(self) -> list[str]:
+        """L3 domains of the root schemata's `MB:` line; empty when MBA is not offered."""
         try:
-            self._group(name).rmdir()
+            text = (self.root / "schemata").read_text()
         except OSError:
-            pass
+            return []
+        for line in text.splitlines():
+            if line.strip().startswith("MB:"):
+                return [part.split("=")[0].strip() for part in line.split(":", 1)[1].split(";") if "=" in part]
+        return []
+
+    def set_mba(self, name: str, pids: Iterable[int], percent: int) -> bool:
+        """Cap a task's memory bandwidth at `percent` of the link (100 = no cap) with a control group."""
+        domains = self.mba_domains()
+        if not domains:
+            return False
+        d = self._ctrl(name)
+        try:
+            d.mkdir(exist_ok=True)
+            line = "MB:" + ";".join(f"{dom}={max(10, min(100, percent))}" for dom in domains)
+            (d / "schemata").write_text(line + "\n")
+            for pid in pids:
+                with open(d / "tasks", "w") as f:
+                    f.write(str(pid))
+        except OSError:
+            return False
+        return True

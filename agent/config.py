@@ -66,6 +66,9 @@ class AgentConfig:
     #: the agent's own Prometheus /metrics port (0: pick a free one; None: off)
     metrics_port: int | None = 0
     metrics_host: str = "127.0.0.1"
+    #: CODA's contention eliminator (None: off): node bandwidth share and training throughput drop
+    contention_threshold: float | None = 0.75
+    contention_throughput_drop: float = 0.10
     log_level: str = "info"
     log_format: str = "json"
 
@@ -126,6 +129,12 @@ def parser() -> argparse.ArgumentParser:
       "on 127.0.0.1 (default: 0 = a free port, written to metrics.address in --work-dir; -1: off)")
     a("--metrics-host", default="127.0.0.1", metavar="HOST", help="address /metrics listens on (default: "
       "127.0.0.1)")
+    a("--contention-threshold", type=float, default=0.75, metavar="F", help="CODA contention eliminator: "
+      "node memory bandwidth, as a fraction of the calibrated peak, at which a CPU-only task may be throttled "
+      "(default: 0.75)")
+    a("--contention-throughput-drop", type=float, default=0.10, metavar="F", help="... when a training task's "
+      "throughput is this fraction below its baseline (default: 0.10)")
+    a("--no-contention-eliminator", action="store_true", help="never throttle CPU-only tasks")
     a("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
     a("--log-format", default="json", choices=["json", "text"], help="log format on stderr (default: json)")
     return p
@@ -198,6 +207,10 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
                         ("--bandwidth-calibration-s", ns.bandwidth_calibration_s)):
         if not 0 <= value <= 3600:
             raise ConfigError(f"{flag}: must be between 0 and 3600, got {value}")
+    for flag, value in (("--contention-threshold", ns.contention_threshold),
+                        ("--contention-throughput-drop", ns.contention_throughput_drop)):
+        if not 0 < value < 1:
+            raise ConfigError(f"{flag}: must be a fraction between 0 and 1, got {value}")
     if not -1 <= ns.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port: must be a port number, 0 (pick one) or -1 (off), got {ns.metrics_port}")
     if not ns.stop_grace_s >= 0:
@@ -234,6 +247,8 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         bandwidth_calibration_s=ns.bandwidth_calibration_s,
         metrics_port=None if ns.metrics_port == -1 else ns.metrics_port,
         metrics_host=ns.metrics_host,
+        contention_threshold=None if ns.no_contention_eliminator else ns.contention_threshold,
+        contention_throughput_drop=ns.contention_throughput_drop,
         log_level=ns.log_level,
         log_format=ns.log_format,
     )

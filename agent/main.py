@@ -24,6 +24,8 @@ import psutil
 from synergy.agent import VERSION
 from synergy.agent.bandwidth import Calibration, Resctrl, calibrate
 from synergy.agent.cgroups import detect
+from synergy.agent.contention import Policy
+from synergy.agent.eliminator import Eliminator
 from synergy.agent.client import Backoff, NodeClient, statuses
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
@@ -110,10 +112,21 @@ class Agent:
             tls_ca=cfg.tls_ca,
         )
         self.supervisor.readopt()
-        self.sampler = Sampler(cfg.task_cores, self.cgroups, self.gpus, self._calibrate(), Resctrl())
+        resctrl = Resctrl()
+        self.sampler = Sampler(cfg.task_cores, self.cgroups, self.gpus, self._calibrate(), resctrl)
+        self.eliminator: Eliminator | None = None
+        if cfg.contention_threshold is not None:
+            policy = Policy(bw_threshold=cfg.contention_threshold, throughput_drop=cfg.contention_throughput_drop,
+                            restore_below=cfg.contention_threshold * 0.8)
+            self.eliminator = Eliminator(self.supervisor, log, policy, resctrl)
+            event(log, "agent.contention_eliminator", threshold=policy.bw_threshold,
+                  throughput_drop=policy.throughput_drop, restore_below=round(policy.restore_below, 3),
+                  actuator=self.eliminator.actuator)
         event(log, "agent.telemetry", interval_s=cfg.sample_interval_s, membw_source=self.sampler.membw_source)
         self.latest: NodeSample | None = None
-        self.metrics = MetricsServer(MetricsSources(cfg.node_id, lambda: self.latest, self.supervisor.counts))
+        self.metrics = MetricsServer(MetricsSources(
+            cfg.node_id, lambda: self.latest, self.supervisor.counts,
+            lambda: dict(self.eliminator.counts) if self.eliminator is not None else {}))
         self.client = NodeClient(cfg.daemon, cfg.cluster_token, cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
         self.interval_s = DEFAULT_INTERVAL_S
         self.registered = False
@@ -132,6 +145,8 @@ class Agent:
     def sample(self) -> NodeSample:
         """One telemetry sample of the node and its tasks (kept as `latest`)."""
         self.latest = self.sampler.sample(self.supervisor.tasks.values())
+        if self.eliminator is not None:
+            self.eliminator.step(self.latest)
         return self.latest
 
     # -- messages -------------------------------------------------------------------------------

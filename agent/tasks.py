@@ -109,6 +109,10 @@ class Task:
     lost: str = ""
     #: re-adopted from a previous agent instance's state file
     adopted: bool = False
+    #: contention eliminator: CPU quota (or MBA share) is 1 / 2**throttle_level of the task's own
+    throttle_level: int = 0
+    #: how the throttle acts: "quota" (the cgroup CPU quota) or "mba" (resctrl, the quota untouched)
+    throttle_via: str = "quota"
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -133,7 +137,8 @@ class Task:
             "gpu_indices": list(self.gpu_indices), "pid": self.pid, "pid_ticks": self.pid_ticks,
             "shim_pid": self.shim_pid, "shim_ticks": self.shim_ticks, "exit_code": self.exit_code,
             "message": self.message, "stop_reason": self.stop_reason, "kill_at_unix": kill_at_unix,
-            "started_at": self.started_at, "lost": self.lost,
+            "started_at": self.started_at, "lost": self.lost, "throttle_level": self.throttle_level,
+            "throttle_via": self.throttle_via,
         }
 
     @classmethod
@@ -146,7 +151,8 @@ class Task:
             gpu_indices=tuple(r["gpu_indices"]), pid=int(r["pid"]), pid_ticks=int(r["pid_ticks"]),
             shim_pid=int(r["shim_pid"]), shim_ticks=int(r["shim_ticks"]), exit_code=int(r["exit_code"]),
             message=r["message"], stop_reason=r["stop_reason"], started_at=float(r["started_at"]),
-            lost=r.get("lost", ""), adopted=True,
+            lost=r.get("lost", ""), adopted=True, throttle_level=int(r.get("throttle_level", 0)),
+            throttle_via=r.get("throttle_via", "quota"),
         )
 
 
@@ -246,8 +252,28 @@ class Supervisor:
                 mem += t.share.mem_gb
         return grants, gpus, mem
 
-    def _limits(self, share: Share, cores: tuple[int, ...]) -> Limits:
-        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=share.cpus)
+    def _limits(self, share: Share, cores: tuple[int, ...], throttle_level: int = 0, via: str = "quota") -> Limits:
+        quota = share.cpus
+        if throttle_level > 0 and via == "quota":  # a throttled task keeps its cores, with a fraction of their time
+            quota = (share.cpus or len(cores)) / 2**throttle_level
+        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota)
+
+    def set_throttle(self, key: TaskKey, level: int, via: str = "quota") -> bool:
+        """Record the contention eliminator's throttle level; with `via="quota"` apply it to the CPU quota.
+
+        (`via="mba"`: the caller set the resctrl MBA cap; the quota stays the task's own.)
+        """
+        task = self.tasks.get(key)
+        if task is None or task.phase != Phase.RUNNING or (via == "quota" and self.cgroups.kind == "none"):
+            return False
+        try:
+            self.cgroups.apply(task.cgroup, self._limits(task.share, task.cores, level, via))
+        except CgroupError as exc:
+            event(self.log, "contention.apply_failed", level=logging.WARNING, task=str(key), reason=str(exc))
+            return False
+        task.throttle_level, task.throttle_via = level, via
+        self.save()
+        return True
 
     # -- LAUNCH ---------------------------------------------------------------------------------
     def launch(self, spec: node_pb2.TaskSpec) -> Task:
@@ -407,7 +433,8 @@ class Supervisor:
         if not why:
             try:
                 grant = choose_cores(cpus, self.cores, held, keep=task.grant)
-                self.cgroups.apply(task.cgroup, self._limits(new, grant.cores))
+                self.cgroups.apply(task.cgroup, self._limits(new, grant.cores, task.throttle_level,
+                                                             task.throttle_via))
                 if self.cgroups.kind == "none":
                     _pin_tree(task.pid, grant.cores)
             except (CoreError, CgroupError) as exc:
