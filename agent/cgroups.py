@@ -93,6 +93,16 @@ def _rmdir(d: Path) -> bool:
     return True
 
 
+def _counters(text: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """Several "name value" lines of a stat file in one pass (absent ones: 0)."""
+    out = dict.fromkeys(keys, 0)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in out and value.strip().isdigit():
+            out[name] = int(value)
+    return out
+
+
 def _counter(text: str, key: str) -> int:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
@@ -131,6 +141,10 @@ class Cgroups:
         return 0
 
     def pids(self, name: str) -> list[int]:
+        return []
+
+    def members(self, name: str) -> list[int]:
+        """The group's processes from one hierarchy (telemetry's cheap listing; `pids` reads all)."""
         return []
 
     def stats(self, name: str) -> CgroupStats:
@@ -210,6 +224,16 @@ class _TreeCgroups(Cgroups):
     def join_files(self, name: str) -> list[str]:
         return [str(d / "cgroup.procs") for d in self._dirs(name)]
 
+    def members(self, name: str) -> list[int]:
+        try:
+            fd = os.open(self._dir("memory", name) / "cgroup.procs", os.O_RDONLY)
+        except OSError:
+            return []
+        try:
+            return [int(p) for p in os.read(fd, 1 << 20).split()]
+        finally:
+            os.close(fd)
+
     def pids(self, name: str) -> list[int]:
         out: set[int] = set()
         for d in self._dirs(name):
@@ -277,13 +301,14 @@ class CgroupsV1(_TreeCgroups):
         return _counter(_read(self._dir("memory", name) / "memory.oom_control"), "oom_kill")
 
     def stats(self, name: str) -> CgroupStats:
-        mem = self._dir("memory", name)
-        usage = _read(mem / "memory.usage_in_bytes").strip()
-        stat = _read(mem / "memory.stat")
+        stat = _read(self._dir("memory", name) / "memory.stat")
+        if not stat:
+            return CgroupStats()
+        kv = _counters(stat, ("total_pgfault", "total_pgmajfault", "total_rss", "total_cache"))
         return CgroupStats(
-            memory_bytes=int(usage) if usage.isdigit() else None,
-            page_faults=_counter(stat, "total_pgfault") if stat else None,
-            major_faults=_counter(stat, "total_pgmajfault") if stat else None,
+            memory_bytes=kv["total_rss"] + kv["total_cache"],
+            page_faults=kv["total_pgfault"],
+            major_faults=kv["total_pgmajfault"],
         )
 
 

@@ -8,10 +8,14 @@ and writes the status (the agent's convention: the code, or -N for signal N) to
 `STATUS_FILE` atomically (temp file, fsync, rename). Whichever agent instance supervises
 the task then reads that file.
 
-It runs as `python -I -S shim.py STATUS_FILE PID_FD EXECUTABLE ARGV...` (standard library
-only, no site packages: it starts in milliseconds), already inside the task's cgroup and
-CPU affinity, with the job's environment (the job token never appears on its command
-line). The shim ignores SIGTERM / SIGINT / SIGHUP; the job runs in a process group of its
+It runs as `python -I -S shim.py STATUS_FILE PID_FD CORES JOIN_FILES EXECUTABLE ARGV...`
+(standard library only, no site packages: it starts in about 10 ms), with the job's
+environment (the job token never appears on its command line). Before it forks the job it
+joins the task's cgroups (writes its pid into each of the comma-separated JOIN_FILES) and
+pins itself to CORES (comma-separated), so the job inherits both and no instant of the job
+runs outside its limits; doing this here rather than in a `preexec_fn` lets the agent
+spawn with vfork instead of copying its whole address space. A failure there is sent on
+the pipe as `ERR message` instead of a pid. The shim ignores SIGTERM / SIGINT / SIGHUP; the job runs in a process group of its
 own, which is what the agent signals, so a SIGKILL to the job never takes the shim with
 it. The shim asks the kernel's OOM killer to pass it over (oom_score_adj -1000, where
 permitted); the job gets the default back before it execs.
@@ -53,10 +57,30 @@ def write_status(path: str, code: int) -> None:
         pass
 
 
+def _enter(pid_fd: int, cores: str, join: str) -> bool:
+    """Join the task's cgroups and pin its cores; on failure tell the agent why and give up."""
+    try:
+        me = str(os.getpid()).encode()
+        for path in filter(None, join.split(",")):
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, me)
+            finally:
+                os.close(fd)
+        if cores:
+            os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+    except OSError as exc:
+        os.write(pid_fd, f"ERR cannot enter the task's cgroup or cores: {exc}\n".encode())
+        return False
+    return True
+
+
 def main(argv: list) -> int:
-    status_path, pid_fd, exe, args = argv[1], int(argv[2]), argv[3], argv[4:]
+    status_path, pid_fd, cores, join, exe, args = argv[1], int(argv[2]), argv[3], argv[4], argv[5], argv[6:]
     for s in _IGNORED:
         signal.signal(s, signal.SIG_IGN)
+    if not _enter(pid_fd, cores, join):
+        return 1
     _oom_score_adj("-1000")
     pid = os.fork()
     if pid == 0:

@@ -21,7 +21,12 @@ FORMAT_VERSION = 1
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: temp file, fsync, rename, fsync the directory."""
+    """Replace `path` with `data`: temp file, fsync, rename.
+
+    The rename makes the switch atomic for a reader after an agent crash (what matters: the
+    tasks outlive the agent, not the machine). The directory is not fsynced: after a power
+    loss the tasks are gone anyway, and it would double the cost of every launch.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -30,11 +35,6 @@ def write_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def save(path: Path, node_id: str, records: list[dict[str, Any]]) -> None:

@@ -170,29 +170,6 @@ def log_tail(path: Path, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> st
     return text[-chars:]
 
 
-def _enter(join_files: list[str], cores: tuple[int, ...]) -> Callable[[], None]:
-    """Runs in the child between fork and exec: join the task's cgroups, pin its cores.
-
-    Only system calls on precomputed values (no imports, no logging), so it is safe in the
-    forked child of a threaded agent. Joining before exec means no instant of the job runs
-    outside its limits.
-    """
-    paths = [f.encode() for f in join_files]
-    cpu_set = set(cores)
-
-    def enter() -> None:
-        pid = str(os.getpid()).encode()
-        for p in paths:
-            fd = os.open(p, os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-        os.sched_setaffinity(0, cpu_set)
-
-    return enter
-
-
 #: How a task's exit is counted (on /metrics): the kinds, fixed so the counts never change shape.
 EXIT_KINDS = ("ok", "restart", "failed", "oom", "stopped", "lost", "launch_failed")
 
@@ -334,7 +311,8 @@ class Supervisor:
         r, w = os.pipe()
         try:
             task.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", SHIM, str(exit_path), str(w), exe, *spec.command],
+                [sys.executable, "-I", "-S", SHIM, str(exit_path), str(w), ",".join(map(str, task.cores)),
+                 ",".join(self.cgroups.join_files(task.cgroup)), exe, *spec.command],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -343,7 +321,6 @@ class Supervisor:
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=(w,),
-                preexec_fn=_enter(self.cgroups.join_files(task.cgroup), task.cores),  # noqa: PLW1509
             )
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(r)
@@ -355,6 +332,10 @@ class Supervisor:
         task.shim_pid, task.shim_ticks = task.proc.pid, state.start_ticks(task.proc.pid)
         try:
             task.pid = _read_pid(r, SHIM_START_TIMEOUT_S)
+        except LaunchError:
+            task.proc.wait()
+            self._remove_cgroup(task)
+            raise
         finally:
             os.close(r)
         task.pid_ticks = state.start_ticks(task.pid)
@@ -513,6 +494,8 @@ class Supervisor:
 
     def _exit_status(self, task: Task) -> int | None:
         """The job's exit code once the shim recorded it; EXIT_LOST when the shim died without."""
+        if task.proc is not None and task.proc.returncode is None:
+            return None  # our shim still runs: it writes the record before it exits (SIGCHLD wakes us)
         code = state.read_exit(self._exit_path(task))
         if code is not None:
             return code
@@ -709,10 +692,12 @@ def _read_pid(fd: int, timeout_s: float) -> int:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             return 0
-        chunk = os.read(fd, 32)
+        chunk = os.read(fd, 4096)
         if not chunk:
             return 0
         data += chunk
+    if data.startswith(b"ERR "):
+        raise LaunchError(data[4:].decode(errors="replace").strip())
     return int(data)
 
 

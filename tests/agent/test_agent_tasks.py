@@ -170,3 +170,19 @@ def test_a_new_supervisor_readopts_running_tasks_and_reports_the_rest(tmp_path: 
         new.shutdown(0)
         old.shutdown(0)
         cg.teardown()
+
+
+class _UnjoinableCgroups(Cgroups):
+    kind = "broken"
+
+    def join_files(self, name: str) -> list[str]:
+        return ["/nonexistent/synergy/cgroup.procs"]
+
+
+def test_a_task_that_cannot_enter_its_cgroup_fails_alone_with_the_reason(tmp_path: Path) -> None:
+    s = Supervisor(node_id="n", cores=CORES, gpus=0, mem_gb=1, work_dir=tmp_path, cgroups=_UnjoinableCgroups("t"),
+                   log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
+    t = s.launch(_spec(1, gpus=0, mem_gb=0.1))
+    assert t.phase == Phase.EXITED and t.exit_code == LAUNCH_FAILED
+    assert "cannot enter the task's cgroup or cores" in t.message and "/nonexistent/synergy" in t.message
+    assert t.pid == 0 and not t.log_path.read_text()  # the job never ran
