@@ -259,6 +259,16 @@ class _TreeCgroups(Cgroups):
             except CgroupError:
                 pass  # still in use (another agent, a task we could not remove): leave it
         self.created.clear()
+        # A previous instance of this agent (killed, or leaving its tasks running) may have
+        # created the parent: remove what of it is now empty. rmdir of a cgroup that still
+        # has groups or processes fails, so another agent's groups are never touched.
+        for root in dict.fromkeys(self.roots.values()):
+            parts = Path(self.parent).parts
+            for depth in range(len(parts), 0, -1):
+                try:
+                    os.rmdir(root.joinpath(*parts[:depth]))
+                except OSError:
+                    break
 
 
 class CgroupsV1(_TreeCgroups):

@@ -645,8 +645,8 @@ class Supervisor:
         for task in self.tasks.values():
             self.stop(task.key, grace_s, "the agent is shutting down")
         deadline = self.clock() + grace_s + 5.0
-        while any(t.alive for t in self.tasks.values()) and self.clock() < deadline:
-            self.poll()
+        while any(t.alive or t.cgroup_pending for t in self.tasks.values()) and self.clock() < deadline:
+            self.poll()  # also reaps the shims and retries groups that were busy a moment ago
             time.sleep(0.05)
         self.poll()
         self.save()
