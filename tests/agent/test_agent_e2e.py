@@ -217,6 +217,9 @@ def test_agent_kill9_and_restart_readopts_its_running_task(cluster: Callable[...
     reason = _state(d, job, "failed").state_reason
     assert "exited with code 7" in reason and "going" in reason, reason
     assert a.log_text().count("task.launched") == 1
+    a.stop()  # the second instance also removes the groups the first one created
+    for controller in ("cpuset", "memory", "cpu"):
+        assert not Path(f"/sys/fs/cgroup/{controller}/{a.cgroup_parent}").exists(), a.log_text()
 
 
 def test_the_agent_serves_its_own_metrics_with_node_and_task_telemetry(
