@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -33,6 +33,20 @@ MEMORY_HIGH_FRACTION = 0.95
 
 class CgroupError(RuntimeError):
     """A cgroup file or directory could not be written (the message names the path)."""
+
+
+@dataclass(frozen=True)
+class CgroupStats:
+    """Cumulative counters of one task group (None: this cgroup version does not keep it)."""
+
+    cpu_usage_s: float | None = None
+    memory_bytes: int | None = None
+    page_faults: int | None = None
+    major_faults: int | None = None
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    #: resource ("cpu", "memory", "io") -> the text of its PSI file (v2 only)
+    pressure: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,16 @@ def _rmdir(d: Path) -> bool:
     return True
 
 
+def _counters(text: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """Several "name value" lines of a stat file in one pass (absent ones: 0)."""
+    out = dict.fromkeys(keys, 0)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in out and value.strip().isdigit():
+            out[name] = int(value)
+    return out
+
+
 def _counter(text: str, key: str) -> int:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
@@ -119,8 +143,20 @@ class Cgroups:
     def pids(self, name: str) -> list[int]:
         return []
 
+    def members(self, name: str) -> list[int]:
+        """The group's processes from one hierarchy (telemetry's cheap listing; `pids` reads all)."""
+        return []
+
+    def stats(self, name: str) -> CgroupStats:
+        """The group's own counters (telemetry prefers them to summing /proc over its processes)."""
+        return CgroupStats()
+
     def exists(self, name: str) -> bool:
         return False
+
+    def children(self) -> list[str]:
+        """Names of the task groups under the agent's parent (a restart finds its old ones)."""
+        return []
 
     def remove(self, name: str) -> bool:
         """Kill what is left in the group and remove it; False when it is still busy."""
@@ -176,8 +212,27 @@ class _TreeCgroups(Cgroups):
     def exists(self, name: str) -> bool:
         return all(d.is_dir() for d in self._dirs(name))
 
+    def children(self) -> list[str]:
+        names: set[str] = set()
+        for d in self._dirs():
+            try:
+                names.update(p.name for p in d.iterdir() if p.is_dir())
+            except OSError:
+                continue
+        return sorted(names)
+
     def join_files(self, name: str) -> list[str]:
         return [str(d / "cgroup.procs") for d in self._dirs(name)]
+
+    def members(self, name: str) -> list[int]:
+        try:
+            fd = os.open(self._dir("memory", name) / "cgroup.procs", os.O_RDONLY)
+        except OSError:
+            return []
+        try:
+            return [int(p) for p in os.read(fd, 1 << 20).split()]
+        finally:
+            os.close(fd)
 
     def pids(self, name: str) -> list[int]:
         out: set[int] = set()
@@ -204,6 +259,16 @@ class _TreeCgroups(Cgroups):
             except CgroupError:
                 pass  # still in use (another agent, a task we could not remove): leave it
         self.created.clear()
+        # A previous instance of this agent (killed, or leaving its tasks running) may have
+        # created the parent: remove what of it is now empty. rmdir of a cgroup that still
+        # has groups or processes fails, so another agent's groups are never touched.
+        for root in dict.fromkeys(self.roots.values()):
+            parts = Path(self.parent).parts
+            for depth in range(len(parts), 0, -1):
+                try:
+                    os.rmdir(root.joinpath(*parts[:depth]))
+                except OSError:
+                    break
 
 
 class CgroupsV1(_TreeCgroups):
@@ -244,6 +309,17 @@ class CgroupsV1(_TreeCgroups):
 
     def oom_kills(self, name: str) -> int:
         return _counter(_read(self._dir("memory", name) / "memory.oom_control"), "oom_kill")
+
+    def stats(self, name: str) -> CgroupStats:
+        stat = _read(self._dir("memory", name) / "memory.stat")
+        if not stat:
+            return CgroupStats()
+        kv = _counters(stat, ("total_pgfault", "total_pgmajfault", "total_rss", "total_cache"))
+        return CgroupStats(
+            memory_bytes=kv["total_rss"] + kv["total_cache"],
+            page_faults=kv["total_pgfault"],
+            major_faults=kv["total_pgmajfault"],
+        )
 
 
 class CgroupsV2(_TreeCgroups):
@@ -292,6 +368,31 @@ class CgroupsV2(_TreeCgroups):
 
     def oom_kills(self, name: str) -> int:
         return _counter(_read(self._dir("memory", name) / "memory.events"), "oom_kill")
+
+    def stats(self, name: str) -> CgroupStats:
+        d = self._dir("cpuset", name)
+        cpu = _read(d / "cpu.stat")
+        mem = _read(d / "memory.current").strip()
+        stat = _read(d / "memory.stat")
+        io = _read(d / "io.stat")
+        rbytes = wbytes = 0
+        for line in io.splitlines():  # "8:0 rbytes=1 wbytes=2 rios=3 ..." per device
+            for kv in line.split()[1:]:
+                k, _, v = kv.partition("=")
+                if k == "rbytes" and v.isdigit():
+                    rbytes += int(v)
+                elif k == "wbytes" and v.isdigit():
+                    wbytes += int(v)
+        pressure = {r: t for r in ("cpu", "memory", "io") if (t := _read(d / f"{r}.pressure"))}
+        return CgroupStats(
+            cpu_usage_s=_counter(cpu, "usage_usec") / 1e6 if cpu else None,
+            memory_bytes=int(mem) if mem.isdigit() else None,
+            page_faults=_counter(stat, "pgfault") if stat else None,
+            major_faults=_counter(stat, "pgmajfault") if stat else None,
+            read_bytes=rbytes if io else None,
+            write_bytes=wbytes if io else None,
+            pressure=pressure,
+        )
 
 
 def _mounts(mounts_path: str) -> list[tuple[str, str, set[str]]]:

@@ -58,6 +58,17 @@ class AgentConfig:
     #: Address the job processes call (the JobService); defaults to --daemon.
     job_daemon_address: str = ""
     stop_grace_s: float = 10.0
+    #: stop the tasks when the agent exits (default: leave them running for the next instance)
+    stop_tasks_on_exit: bool = False
+    #: telemetry every this many seconds (0: off); the copy benchmark's length at start (0: skip)
+    sample_interval_s: float = 1.0
+    bandwidth_calibration_s: float = 0.3
+    #: the agent's own Prometheus /metrics port (0: pick a free one; None: off)
+    metrics_port: int | None = 0
+    metrics_host: str = "127.0.0.1"
+    #: CODA's contention eliminator (None: off): node bandwidth share and training throughput drop
+    contention_threshold: float | None = 0.75
+    contention_throughput_drop: float = 0.10
     log_level: str = "info"
     log_format: str = "json"
 
@@ -107,6 +118,23 @@ def parser() -> argparse.ArgumentParser:
       "(default: --daemon)")
     a("--stop-grace-s", type=float, default=10.0, metavar="S", help="SIGTERM-to-SIGKILL grace when the agent "
       "itself stops its tasks on shutdown (default: 10)")
+    a("--stop-tasks-on-exit", action="store_true", help="stop every task when the agent exits on SIGTERM / "
+      "SIGINT (default: tasks keep running and the next agent started with the same --work-dir re-adopts them)")
+    a("--sample-interval-s", type=float, default=1.0, metavar="S", help="telemetry sampling interval: CPU, "
+      "memory, page faults, I/O, PSI, GPUs, memory bandwidth per task and node (default: 1; 0: off)")
+    a("--bandwidth-calibration-s", type=float, default=0.3, metavar="S", help="length of the memory-copy "
+      "benchmark that calibrates the node's peak and per-core bandwidth at start, cached in --work-dir "
+      "(default: 0.3; 0: skip, no bandwidth estimate)")
+    a("--metrics-port", type=int, default=0, metavar="PORT", help="port of the agent's own Prometheus /metrics "
+      "on 127.0.0.1 (default: 0 = a free port, written to metrics.address in --work-dir; -1: off)")
+    a("--metrics-host", default="127.0.0.1", metavar="HOST", help="address /metrics listens on (default: "
+      "127.0.0.1)")
+    a("--contention-threshold", type=float, default=0.75, metavar="F", help="CODA contention eliminator: "
+      "node memory bandwidth, as a fraction of the calibrated peak, at which a CPU-only task may be throttled "
+      "(default: 0.75)")
+    a("--contention-throughput-drop", type=float, default=0.10, metavar="F", help="... when a training task's "
+      "throughput is this fraction below its baseline (default: 0.10)")
+    a("--no-contention-eliminator", action="store_true", help="never throttle CPU-only tasks")
     a("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
     a("--log-format", default="json", choices=["json", "text"], help="log format on stderr (default: json)")
     return p
@@ -175,6 +203,16 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         raise ConfigError(f"--reserve-mem: {reserve_mem:g}G leaves nothing of --memory {mem_gb:g}G")
     if ns.fake_gpus is not None and not 0 <= ns.fake_gpus <= 64:
         raise ConfigError(f"--fake-gpus: must be between 0 and 64, got {ns.fake_gpus}")
+    for flag, value in (("--sample-interval-s", ns.sample_interval_s),
+                        ("--bandwidth-calibration-s", ns.bandwidth_calibration_s)):
+        if not 0 <= value <= 3600:
+            raise ConfigError(f"{flag}: must be between 0 and 3600, got {value}")
+    for flag, value in (("--contention-threshold", ns.contention_threshold),
+                        ("--contention-throughput-drop", ns.contention_throughput_drop)):
+        if not 0 < value < 1:
+            raise ConfigError(f"{flag}: must be a fraction between 0 and 1, got {value}")
+    if not -1 <= ns.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port: must be a port number, 0 (pick one) or -1 (off), got {ns.metrics_port}")
     if not ns.stop_grace_s >= 0:
         raise ConfigError(f"--stop-grace-s: must be >= 0, got {ns.stop_grace_s}")
     node_id = ns.node_id or socket.gethostname()
@@ -204,6 +242,13 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         tls_key=tls_key,
         job_daemon_address=ns.job_daemon_address or daemon,
         stop_grace_s=ns.stop_grace_s,
+        stop_tasks_on_exit=ns.stop_tasks_on_exit,
+        sample_interval_s=ns.sample_interval_s,
+        bandwidth_calibration_s=ns.bandwidth_calibration_s,
+        metrics_port=None if ns.metrics_port == -1 else ns.metrics_port,
+        metrics_host=ns.metrics_host,
+        contention_threshold=None if ns.no_contention_eliminator else ns.contention_threshold,
+        contention_throughput_drop=ns.contention_throughput_drop,
         log_level=ns.log_level,
         log_format=ns.log_format,
     )

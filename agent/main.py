@@ -22,12 +22,17 @@ import grpc
 import psutil
 
 from synergy.agent import VERSION
+from synergy.agent.bandwidth import Calibration, Resctrl, calibrate
 from synergy.agent.cgroups import detect
+from synergy.agent.contention import Policy
+from synergy.agent.eliminator import Eliminator
 from synergy.agent.client import Backoff, NodeClient, statuses
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
 from synergy.agent.gpus import GIB, Gpus, discover
+from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.tasks import Supervisor, TaskKey
+from synergy.agent.telemetry import NodeSample, Sampler
 from synergy.scheduler.daemon.logs import JsonFormatter, TextFormatter, event
 from synergy.v1 import common_pb2, node_pb2
 
@@ -106,11 +111,43 @@ class Agent:
             daemon_address=cfg.job_daemon_address,
             tls_ca=cfg.tls_ca,
         )
+        self.supervisor.readopt()
+        resctrl = Resctrl()
+        self.sampler = Sampler(cfg.task_cores, self.cgroups, self.gpus, self._calibrate(), resctrl)
+        self.eliminator: Eliminator | None = None
+        if cfg.contention_threshold is not None:
+            policy = Policy(bw_threshold=cfg.contention_threshold, throughput_drop=cfg.contention_throughput_drop,
+                            restore_below=cfg.contention_threshold * 0.8)
+            self.eliminator = Eliminator(self.supervisor, log, policy, resctrl)
+            event(log, "agent.contention_eliminator", threshold=policy.bw_threshold,
+                  throughput_drop=policy.throughput_drop, restore_below=round(policy.restore_below, 3),
+                  actuator=self.eliminator.actuator)
+        event(log, "agent.telemetry", interval_s=cfg.sample_interval_s, membw_source=self.sampler.membw_source)
+        self.latest: NodeSample | None = None
+        self.metrics = MetricsServer(MetricsSources(
+            cfg.node_id, lambda: self.latest, self.supervisor.counts,
+            lambda: dict(self.eliminator.counts) if self.eliminator is not None else {}))
         self.client = NodeClient(cfg.daemon, cfg.cluster_token, cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
         self.interval_s = DEFAULT_INTERVAL_S
         self.registered = False
         self.backoff = Backoff()
         psutil.cpu_percent(percpu=True)  # primes the counters: the first sample is then meaningful
+
+    def _calibrate(self) -> Calibration | None:
+        cfg = self.cfg
+        if cfg.bandwidth_calibration_s <= 0:
+            return None
+        c = calibrate(cfg.task_cores, cfg.bandwidth_calibration_s, cfg.work_dir)
+        event(self.log, "agent.bandwidth_calibrated", peak_gb_s=round(c.peak_bytes_per_s / 1e9, 2),
+              per_core_gb_s=round(c.per_core_bytes_per_s / 1e9, 2), cores=format_cpu_list(c.cores))
+        return c
+
+    def sample(self) -> NodeSample:
+        """One telemetry sample of the node and its tasks (kept as `latest`)."""
+        self.latest = self.sampler.sample(self.supervisor.tasks.values())
+        if self.eliminator is not None:
+            self.eliminator.step(self.latest)
+        return self.latest
 
     # -- messages -------------------------------------------------------------------------------
     def _register_request(self) -> node_pb2.RegisterNodeRequest:
@@ -130,12 +167,17 @@ class Agent:
         )
 
     def _telemetry(self) -> common_pb2.NodeTelemetry:
-        per_cpu = psutil.cpu_percent(percpu=True)
-        mine = [per_cpu[c] for c in self.cfg.cores if c < len(per_cpu)]
+        latest = self.latest
+        if latest is not None:
+            util, mem_gb, at = latest.cpu_util_pct, latest.mem_used_bytes / GIB, latest.at_unix
+        else:
+            per_cpu = psutil.cpu_percent(percpu=True)
+            mine = [per_cpu[c] for c in self.cfg.cores if c < len(per_cpu)]
+            util, mem_gb, at = (sum(mine) / len(mine) if mine else 0.0), psutil.virtual_memory().used / GIB, time.time()
         return common_pb2.NodeTelemetry(
-            collected_at_unix_s=time.time(),
-            cpu_util_pct=sum(mine) / len(mine) if mine else 0.0,
-            mem_used_gb=psutil.virtual_memory().used / GIB,
+            collected_at_unix_s=at,
+            cpu_util_pct=util,
+            mem_used_gb=mem_gb,
             load_avg_1m=os.getloadavg()[0],
             gpus=[
                 common_pb2.GpuTelemetry(
@@ -217,11 +259,23 @@ class Agent:
               cores=format_cpu_list(cfg.cores), task_cores=format_cpu_list(cfg.task_cores),
               mem_gb=round(cfg.mem_gb, 3), gpus=self.gpus.count, fake_gpus=self.gpus.fake,
               work_dir=str(cfg.work_dir))
-        next_beat = time.monotonic()
+        if cfg.metrics_port is not None:
+            try:
+                event(self.log, "agent.metrics", address=self.metrics.start(cfg.metrics_host, cfg.metrics_port,
+                                                                            cfg.work_dir))
+            except OSError as exc:
+                sys.stderr.write(f"synergy-agent: --metrics-port: cannot listen on {cfg.metrics_host}:"
+                                 f"{cfg.metrics_port}: {exc.strerror}\n")
+                return 2
+        next_beat = next_sample = time.monotonic()
         code = 0
+        stop_tasks = cfg.stop_tasks_on_exit
         try:
             while not waker.stop_signal:
                 self.supervisor.poll()
+                if cfg.sample_interval_s > 0 and time.monotonic() >= next_sample:
+                    self.sample()
+                    next_sample = max(next_sample + cfg.sample_interval_s, time.monotonic())
                 if time.monotonic() >= next_beat:
                     try:
                         self.exchange()
@@ -235,7 +289,7 @@ class Agent:
                             event(self.log, "agent.daemon_unreachable", level=logging.WARNING, daemon=cfg.daemon,
                                   code=exc.code().name, retry_in_s=round(delay, 2), attempt=self.backoff.attempt)
                         next_beat = time.monotonic() + delay
-                wake = next_beat
+                wake = min(next_beat, next_sample) if cfg.sample_interval_s > 0 else next_beat
                 deadline = self.supervisor.next_deadline()
                 if deadline is not None:
                     wake = min(wake, deadline)
@@ -245,11 +299,13 @@ class Agent:
             sys.stderr.write(f"synergy-agent: {exc}\n")
             event(self.log, "agent.fatal", level=logging.ERROR, reason=str(exc))
             code = exc.code
+            stop_tasks = stop_tasks or code == EXIT_SUPERSEDED  # a newer agent owns the node now
         finally:
-            self.supervisor.shutdown(cfg.stop_grace_s)
+            self.supervisor.shutdown(cfg.stop_grace_s, stop_tasks=stop_tasks)
             self.cgroups.teardown()
             self.client.close()
             self.gpus.close()
+            self.metrics.close()
         return code
 
 

@@ -18,16 +18,19 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import select
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from synergy.agent import contract
+from synergy.agent import contract, state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
-from synergy.agent.cores import CoreError, choose_cores, format_cpu_list
+from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
 from synergy.scheduler.daemon.logs import event
 from synergy.v1 import node_pb2
 
@@ -36,6 +39,12 @@ GIB = 1024**3
 LAUNCH_FAILED = 127
 #: The exit code that means "checkpointed, restart me" (docs/daemon.md).
 EXIT_RESTART = 75
+#: Exit code reported for a task whose exit status is unknown (lost across an agent restart).
+EXIT_LOST = 255
+#: The shim that parents every job and records its exit status (see shim.py for why).
+SHIM = str(Path(__file__).with_name("shim.py"))
+#: How long a launch waits for the shim to report the job's pid.
+SHIM_START_TIMEOUT_S = 10.0
 #: Lines of a failed task's log quoted in its exit message (the daemon keeps 1024 characters).
 TAIL_LINES = 10
 TAIL_CHARS = 700
@@ -78,9 +87,16 @@ class Task:
     share: Share
     log_path: Path
     phase: Phase = Phase.STARTING
-    cores: tuple[int, ...] = ()
+    grant: CoreGrant = CoreGrant()
     gpu_indices: tuple[int, ...] = ()
+    #: the shim, when this agent instance started it (None for a re-adopted task)
     proc: subprocess.Popen[bytes] | None = None
+    #: the job's process (leader of its own process group) and the shim that waits for it,
+    #: each with its start time (clock ticks since boot) so a reused pid is never mistaken
+    pid: int = 0
+    pid_ticks: int = 0
+    shim_pid: int = 0
+    shim_ticks: int = 0
     exit_code: int = 0
     message: str = ""
     #: monotonic time at which a stopping task gets SIGKILL.
@@ -89,10 +105,19 @@ class Task:
     #: the cgroup still has to be removed (it was busy when the task exited).
     cgroup_pending: bool = False
     started_at: float = field(default_factory=time.time)
+    #: why the exit status is unknown (the task is reported lost), "" otherwise
+    lost: str = ""
+    #: re-adopted from a previous agent instance's state file
+    adopted: bool = False
+    #: contention eliminator: CPU quota (or MBA share) is 1 / 2**throttle_level of the task's own
+    throttle_level: int = 0
+    #: how the throttle acts: "quota" (the cgroup CPU quota) or "mba" (resctrl, the quota untouched)
+    throttle_via: str = "quota"
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid if self.proc is not None else 0
+    def cores(self) -> tuple[int, ...]:
+        """The task's cpuset (its whole cores and its shared core)."""
+        return self.grant.cores
 
     @property
     def cgroup(self) -> str:
@@ -101,6 +126,34 @@ class Task:
     @property
     def alive(self) -> bool:
         return self.phase in (Phase.STARTING, Phase.RUNNING, Phase.STOPPING)
+
+    def to_record(self, kill_at_unix: float | None) -> dict[str, object]:
+        """What the state file keeps of the task (never the job token)."""
+        g = self.grant
+        return {
+            "key": [self.key.job_id, self.key.attempt, self.key.rank], "name": self.name,
+            "share": [self.share.gpus, self.share.cpus, self.share.mem_gb], "log_path": str(self.log_path),
+            "phase": self.phase.value, "exclusive": list(g.exclusive), "shared": g.shared, "fraction": g.fraction,
+            "gpu_indices": list(self.gpu_indices), "pid": self.pid, "pid_ticks": self.pid_ticks,
+            "shim_pid": self.shim_pid, "shim_ticks": self.shim_ticks, "exit_code": self.exit_code,
+            "message": self.message, "stop_reason": self.stop_reason, "kill_at_unix": kill_at_unix,
+            "started_at": self.started_at, "lost": self.lost, "throttle_level": self.throttle_level,
+            "throttle_via": self.throttle_via,
+        }
+
+    @classmethod
+    def from_record(cls, r: dict) -> Task:  # type: ignore[type-arg]
+        gpus, cpus, mem_gb = r["share"]
+        return cls(
+            key=TaskKey(*r["key"]), name=r["name"], share=Share(int(gpus), float(cpus), float(mem_gb)),
+            log_path=Path(r["log_path"]), phase=Phase(r["phase"]),
+            grant=CoreGrant(tuple(r["exclusive"]), r["shared"], float(r["fraction"])),
+            gpu_indices=tuple(r["gpu_indices"]), pid=int(r["pid"]), pid_ticks=int(r["pid_ticks"]),
+            shim_pid=int(r["shim_pid"]), shim_ticks=int(r["shim_ticks"]), exit_code=int(r["exit_code"]),
+            message=r["message"], stop_reason=r["stop_reason"], started_at=float(r["started_at"]),
+            lost=r.get("lost", ""), adopted=True, throttle_level=int(r.get("throttle_level", 0)),
+            throttle_via=r.get("throttle_via", "quota"),
+        )
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
@@ -117,27 +170,18 @@ def log_tail(path: Path, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> st
     return text[-chars:]
 
 
-def _enter(join_files: list[str], cores: tuple[int, ...]) -> Callable[[], None]:
-    """Runs in the child between fork and exec: join the task's cgroups, pin its cores.
+#: How a task's exit is counted (on /metrics): the kinds, fixed so the counts never change shape.
+EXIT_KINDS = ("ok", "restart", "failed", "oom", "stopped", "lost", "launch_failed")
 
-    Only system calls on precomputed values (no imports, no logging), so it is safe in the
-    forked child of a threaded agent. Joining before exec means no instant of the job runs
-    outside its limits.
-    """
-    paths = [f.encode() for f in join_files]
-    cpu_set = set(cores)
 
-    def enter() -> None:
-        pid = str(os.getpid()).encode()
-        for p in paths:
-            fd = os.open(p, os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-        os.sched_setaffinity(0, cpu_set)
+@dataclass
+class TaskCounts:
+    """Running totals since the agent started (read by /metrics; only the main loop writes)."""
 
-    return enter
+    launched: int = 0
+    readopted: int = 0
+    exits: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EXIT_KINDS, 0))
+    oom_kills: int = 0
 
 
 class Supervisor:
@@ -162,27 +206,51 @@ class Supervisor:
         self.work_dir = Path(work_dir)
         self.logs_dir = self.work_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.exits_dir = self.work_dir / state.EXITS_DIR
+        self.exits_dir.mkdir(parents=True, exist_ok=True)
+        self.state_path = self.work_dir / state.STATE_FILE
         self.cgroups = cgroups
         self.log = log
         self.daemon_address = daemon_address
         self.tls_ca = tls_ca
         self.clock = clock
         self.tasks: dict[TaskKey, Task] = {}
+        self.counts = TaskCounts()
 
     # -- what is taken --------------------------------------------------------------------------
-    def _held(self, exclude: TaskKey | None = None) -> tuple[set[int], set[int], float]:
-        cores: set[int] = set()
+    def _held(self, exclude: TaskKey | None = None) -> tuple[list[CoreGrant], set[int], float]:
+        grants: list[CoreGrant] = []
         gpus: set[int] = set()
         mem = 0.0
         for t in self.tasks.values():
             if t.alive and t.key != exclude:
-                cores.update(t.cores)
+                grants.append(t.grant)
                 gpus.update(t.gpu_indices)
                 mem += t.share.mem_gb
-        return cores, gpus, mem
+        return grants, gpus, mem
 
-    def _limits(self, share: Share, cores: tuple[int, ...]) -> Limits:
-        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=share.cpus)
+    def _limits(self, share: Share, cores: tuple[int, ...], throttle_level: int = 0, via: str = "quota") -> Limits:
+        quota = share.cpus
+        if throttle_level > 0 and via == "quota":  # a throttled task keeps its cores, with a fraction of their time
+            quota = (share.cpus or len(cores)) / 2**throttle_level
+        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota)
+
+    def set_throttle(self, key: TaskKey, level: int, via: str = "quota") -> bool:
+        """Record the contention eliminator's throttle level; with `via="quota"` apply it to the CPU quota.
+
+        (`via="mba"`: the caller set the resctrl MBA cap; the quota stays the task's own.)
+        """
+        task = self.tasks.get(key)
+        if task is None or task.phase != Phase.RUNNING or (via == "quota" and self.cgroups.kind == "none"):
+            return False
+        try:
+            self.cgroups.apply(task.cgroup, self._limits(task.share, task.cores, level, via))
+        except CgroupError as exc:
+            event(self.log, "contention.apply_failed", level=logging.WARNING, task=str(key), reason=str(exc))
+            return False
+        task.throttle_level, task.throttle_via = level, via
+        self.save()
+        return True
 
     # -- LAUNCH ---------------------------------------------------------------------------------
     def launch(self, spec: node_pb2.TaskSpec) -> Task:
@@ -196,6 +264,7 @@ class Supervisor:
             self._start(task, spec)
         except LaunchError as exc:
             self._fail(task, str(exc))
+        self.save()
         return task
 
     def _start(self, task: Task, spec: node_pb2.TaskSpec) -> None:
@@ -205,9 +274,9 @@ class Supervisor:
         workdir = Path(spec.working_dir) if spec.working_dir else self.work_dir
         if not workdir.is_dir():
             raise LaunchError(f"task.working_dir: {workdir} does not exist or is not a directory")
-        taken_cores, taken_gpus, mem_used = self._held(task.key)
+        held, taken_gpus, mem_used = self._held(task.key)
         try:
-            task.cores = choose_cores(share.cpus, self.cores, taken_cores)
+            task.grant = choose_cores(share.cpus, self.cores, held)
         except CoreError as exc:
             raise LaunchError(f"impossible placement: {exc}") from None
         free_gpus = [i for i in range(self.gpu_count) if i not in taken_gpus]
@@ -228,13 +297,22 @@ class Supervisor:
             raise LaunchError(f"cgroup: {exc}") from None
         env = self._environment(task, spec)
         try:
+            exe = _resolve(spec.command[0], workdir, env.get("PATH", os.defpath))
+        except LaunchError:
+            self._remove_cgroup(task)
+            raise
+        exit_path = self._exit_path(task)
+        exit_path.unlink(missing_ok=True)
+        try:
             out = open(task.log_path, "ab")
         except OSError as exc:
             self._remove_cgroup(task)
             raise LaunchError(f"cannot open the log {task.log_path}: {exc.strerror}") from None
+        r, w = os.pipe()
         try:
             task.proc = subprocess.Popen(
-                list(spec.command),
+                [sys.executable, "-I", "-S", SHIM, str(exit_path), str(w), ",".join(map(str, task.cores)),
+                 ",".join(self.cgroups.join_files(task.cgroup)), exe, *spec.command],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -242,20 +320,31 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_enter(self.cgroups.join_files(task.cgroup), task.cores),  # noqa: PLW1509
+                pass_fds=(w,),
             )
-        except FileNotFoundError:
-            self._remove_cgroup(task)
-            raise LaunchError(f"task.command: {spec.command[0]!r} not found (working dir {workdir})") from None
-        except PermissionError:
-            self._remove_cgroup(task)
-            raise LaunchError(f"task.command: {spec.command[0]!r} is not executable") from None
         except (OSError, subprocess.SubprocessError) as exc:
+            os.close(r)
             self._remove_cgroup(task)
             raise LaunchError(f"could not start the process: {exc}") from None
         finally:
+            os.close(w)
             out.close()
+        task.shim_pid, task.shim_ticks = task.proc.pid, state.start_ticks(task.proc.pid)
+        try:
+            task.pid = _read_pid(r, SHIM_START_TIMEOUT_S)
+        except LaunchError:
+            task.proc.wait()
+            self._remove_cgroup(task)
+            raise
+        finally:
+            os.close(r)
+        task.pid_ticks = state.start_ticks(task.pid)
+        if not task.pid:
+            self._signal_shim(task)
+            self._remove_cgroup(task)
+            raise LaunchError(f"the task's shim did not start within {SHIM_START_TIMEOUT_S:g} s")
         task.phase = Phase.RUNNING
+        self.counts.launched += 1
         event(
             self.log,
             "task.launched",
@@ -263,6 +352,7 @@ class Supervisor:
             job=task.name,
             pid=task.pid,
             cores=format_cpu_list(task.cores),
+            shared_core=task.grant.shared,
             cpus=share.cpus,
             mem_gb=share.mem_gb,
             gpus=list(task.gpu_indices),
@@ -302,7 +392,8 @@ class Supervisor:
 
     def _fail(self, task: Task, message: str) -> None:
         task.phase, task.exit_code, task.message = Phase.EXITED, LAUNCH_FAILED, f"launch failed: {message}"
-        task.cores, task.gpu_indices = (), ()
+        task.grant, task.gpu_indices = CoreGrant(), ()
+        self.counts.exits["launch_failed"] += 1
         event(self.log, "task.launch_failed", level=logging.WARNING, task=str(task.key), job=task.name, reason=message)
 
     # -- RESIZE ---------------------------------------------------------------------------------
@@ -313,34 +404,37 @@ class Supervisor:
         new = Share(gpus, cpus, mem_gb)
         if new == task.share:
             return True
-        taken_cores, _, mem_used = self._held(key)
+        held, _, mem_used = self._held(key)
         why = ""
         if gpus != task.share.gpus:
             why = f"a resize keeps the GPUs ({task.share.gpus}), got {gpus}"
         elif mem_used + mem_gb > self.mem_gb + 1e-6:
             why = f"needs {mem_gb:g} GB, {self.mem_gb - mem_used:g} GB are free"
-        cores = task.cores
+        grant = task.grant
         if not why:
             try:
-                cores = choose_cores(cpus, self.cores, taken_cores, keep=task.cores)
-                self.cgroups.apply(task.cgroup, self._limits(new, cores))
+                grant = choose_cores(cpus, self.cores, held, keep=task.grant)
+                self.cgroups.apply(task.cgroup, self._limits(new, grant.cores, task.throttle_level,
+                                                             task.throttle_via))
                 if self.cgroups.kind == "none":
-                    _pin_tree(task.pid, cores)
+                    _pin_tree(task.pid, grant.cores)
             except (CoreError, CgroupError) as exc:
                 why = str(exc)
         if why:
             event(self.log, "task.resize_failed", level=logging.WARNING, task=str(key), reason=why)
             return False
         old = task.share
-        task.share, task.cores = new, cores
+        task.share, task.grant = new, grant
         event(
             self.log,
             "task.resized",
             task=str(key),
             cpus=f"{old.cpus:g}->{cpus:g}",
             mem_gb=f"{old.mem_gb:g}->{mem_gb:g}",
-            cores=format_cpu_list(cores),
+            cores=format_cpu_list(grant.cores),
+            shared_core=grant.shared,
         )
+        self.save()
         return True
 
     # -- STOP -----------------------------------------------------------------------------------
@@ -352,24 +446,39 @@ class Supervisor:
         task.kill_at = self.clock() + max(0.0, grace_s)
         self._signal(task, signal.SIGTERM)
         event(self.log, "task.stopping", task=str(key), pid=task.pid, grace_s=grace_s, reason=task.stop_reason)
+        self.save()
 
     def _signal(self, task: Task, sig: int) -> None:
-        if task.proc is None:
+        """Signal the job's process group (the shim, outside it, lives on to record the exit)."""
+        if not task.pid:
             return
         try:
-            os.killpg(task.proc.pid, sig)
+            os.killpg(task.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def _signal_shim(self, task: Task) -> None:
+        if task.shim_pid and state.same_process(task.shim_pid, task.shim_ticks):
+            try:
+                os.kill(task.shim_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if task.proc is not None:
+            task.proc.poll()
 
     # -- reaping --------------------------------------------------------------------------------
     def poll(self) -> None:
         """Reap exited tasks, SIGKILL stopping tasks past their grace, retry busy cgroups."""
         now = self.clock()
+        changed = False
         for task in list(self.tasks.values()):
-            if task.proc is not None and task.alive:
-                code = task.proc.poll()
+            if task.proc is not None and task.proc.returncode is None:
+                task.proc.poll()  # reap our shim (also after its task exited)
+            if task.alive:
+                code = self._exit_status(task)
                 if code is not None:
                     self._exited(task, code)
+                    changed = True
                 elif task.kill_at is not None and now >= task.kill_at:
                     event(self.log, "task.killed", level=logging.WARNING, task=str(task.key), pid=task.pid,
                           reason="grace period over")
@@ -377,6 +486,30 @@ class Supervisor:
                     task.kill_at = None
             if task.cgroup_pending:
                 self._remove_cgroup(task)
+        if changed:
+            self.save()
+
+    def _exit_path(self, task: Task) -> Path:
+        return self.exits_dir / f"{task.key}.exit"
+
+    def _exit_status(self, task: Task) -> int | None:
+        """The job's exit code once the shim recorded it; EXIT_LOST when the shim died without."""
+        if task.proc is not None and task.proc.returncode is None:
+            return None  # our shim still runs: it writes the record before it exits (SIGCHLD wakes us)
+        code = state.read_exit(self._exit_path(task))
+        if code is not None:
+            return code
+        if task.proc is not None:
+            shim_gone = task.proc.returncode is not None
+        else:
+            shim_gone = not state.same_process(task.shim_pid, task.shim_ticks)
+        if not shim_gone:
+            return None
+        code = state.read_exit(self._exit_path(task))  # it may have written just before exiting
+        if code is not None:
+            return code
+        task.lost = f"its shim (pid {task.shim_pid}) ended without recording the job's exit status"
+        return EXIT_LOST
 
     def next_deadline(self) -> float | None:
         """The earliest pending SIGKILL (monotonic), so the agent wakes for it."""
@@ -384,10 +517,13 @@ class Supervisor:
         return min(deadlines, default=None)
 
     def _exited(self, task: Task, code: int) -> None:
-        self._signal(task, signal.SIGKILL)  # what is left of its process group goes with it
+        if not task.adopted or state.same_process(task.pid, task.pid_ticks):
+            self._signal(task, signal.SIGKILL)  # what is left of its process group goes with it
         oom = self.cgroups.oom_kills(task.cgroup)
         task.phase, task.exit_code, task.kill_at = Phase.EXITED, code, None
-        if oom:
+        if task.lost:
+            task.message = f"lost: {task.lost}; the job's processes were killed"
+        elif oom:
             task.message = (
                 f"OOM: killed by its memory limit of {task.share.mem_gb:g} GB ({oom} process(es) killed); "
                 f"last lines of {task.log_path}:\n{log_tail(task.log_path)}"
@@ -397,14 +533,19 @@ class Supervisor:
         elif code not in (0, EXIT_RESTART):
             task.message = f"exit code {code}; last lines of {task.log_path}:\n{log_tail(task.log_path)}"
         self._remove_cgroup(task)
+        kind = ("lost" if task.lost else "oom" if oom else "stopped" if task.stop_reason else "ok" if code == 0
+                else "restart" if code == EXIT_RESTART else "failed")
+        self.counts.exits[kind] += 1
+        self.counts.oom_kills += oom
         event(
             self.log,
-            "task.oom_killed" if oom else "task.exited",
-            level=logging.WARNING if oom or code not in (0, EXIT_RESTART) else logging.INFO,
+            "task.lost" if task.lost else "task.oom_killed" if oom else "task.exited",
+            level=logging.WARNING if task.lost or oom or code not in (0, EXIT_RESTART) else logging.INFO,
             task=str(task.key),
             pid=task.pid,
             exit_code=code,
             oom_kills=oom,
+            adopted=task.adopted,
             runtime_s=round(time.time() - task.started_at, 3),
         )
 
@@ -415,25 +556,149 @@ class Supervisor:
             task.cgroup_pending = False
             event(self.log, "cgroup.remove_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
 
+    # -- the state file and re-adoption ---------------------------------------------------------
+    def save(self) -> None:
+        """Write the task list to the state file (atomically); a failure is logged, never raised."""
+        now_mono, now_unix = self.clock(), time.time()
+        records = [
+            t.to_record(None if t.kill_at is None else now_unix + (t.kill_at - now_mono))
+            for t in self.tasks.values()
+            if t.pid or t.phase == Phase.EXITED
+        ]
+        try:
+            state.save(self.state_path, self.node_id, records)
+        except OSError as exc:
+            event(self.log, "agent.state_not_saved", level=logging.ERROR, path=str(self.state_path),
+                  reason=exc.strerror)
+
+    def readopt(self) -> None:
+        """Take over the tasks a previous agent instance left running (call before registering).
+
+        A task is re-adopted when its job process and its shim are the very processes the
+        state file names (pid and start time) and the job is still in its cgroup; one whose
+        exit the shim recorded meanwhile is reported with that code; anything else (and any
+        task group of ours the state file does not know) is killed and reported lost.
+        """
+        records, problem = state.load(self.state_path, self.node_id)
+        if problem:
+            event(self.log, "agent.state_unreadable", level=logging.WARNING, reason=problem)
+        for r in records:
+            try:
+                task = Task.from_record(r)
+            except (KeyError, TypeError, ValueError) as exc:
+                event(self.log, "agent.state_bad_record", level=logging.WARNING, reason=repr(exc))
+                continue
+            self.tasks[task.key] = task
+            if not task.alive:
+                continue
+            kill_at = r.get("kill_at_unix")
+            if task.phase == Phase.STOPPING and kill_at is not None:
+                task.kill_at = self.clock() + max(0.0, float(kill_at) - time.time())
+            code = state.read_exit(self._exit_path(task))
+            if code is not None:
+                self._exited(task, code)
+                continue
+            why = ""
+            if not state.same_process(task.pid, task.pid_ticks):
+                why = f"its process (pid {task.pid}) is gone and no exit status was recorded"
+            elif not state.same_process(task.shim_pid, task.shim_ticks):
+                why = f"its shim (pid {task.shim_pid}) is gone, so its exit status could not be known"
+            elif self.cgroups.kind != "none" and task.pid not in self.cgroups.pids(task.cgroup):
+                why = f"its process (pid {task.pid}) is no longer in its cgroup {task.cgroup}"
+            if why:
+                task.lost = why + " (found at agent restart)"
+                self._exited(task, EXIT_LOST)
+                continue
+            self.counts.readopted += 1
+            event(self.log, "task.readopted", task=str(task.key), pid=task.pid, phase=task.phase.value,
+                  cores=format_cpu_list(task.cores))
+        known = {t.cgroup for t in self.tasks.values()}
+        for name in self.cgroups.children():
+            key = _key_of_cgroup(name)
+            if name in known or key is None:
+                continue
+            task = Task(key, "", Share(0, 0.0, 0.0), self.logs_dir / f"{key}.log", phase=Phase.RUNNING,
+                        lost="its cgroup was found without a state record (found at agent restart)", adopted=True)
+            self.tasks[key] = task
+            self._exited(task, EXIT_LOST)
+        self.save()
+
     # -- bookkeeping ----------------------------------------------------------------------------
     def forget(self, key: TaskKey) -> None:
         task = self.tasks.get(key)
         if task is not None and task.phase == Phase.EXITED and not task.cgroup_pending:
             del self.tasks[key]
+            self._exit_path(task).unlink(missing_ok=True)
+            self.save()
 
-    def shutdown(self, grace_s: float) -> None:
-        """Stop every task (SIGTERM, grace, SIGKILL) and remove their groups; blocks up to grace."""
+    def shutdown(self, grace_s: float, stop_tasks: bool = True) -> None:
+        """Leave the tasks running for the next agent instance (state saved), or stop them all.
+
+        Stopping sends SIGTERM, waits up to the grace, then SIGKILL, and removes the groups.
+        """
+        if not stop_tasks:
+            self.poll()
+            self.save()
+            event(self.log, "agent.tasks_left_running", tasks=sum(t.alive for t in self.tasks.values()),
+                  state=str(self.state_path))
+            return
         for task in self.tasks.values():
             self.stop(task.key, grace_s, "the agent is shutting down")
         deadline = self.clock() + grace_s + 5.0
-        while any(t.alive for t in self.tasks.values()) and self.clock() < deadline:
-            self.poll()
+        while any(t.alive or t.cgroup_pending for t in self.tasks.values()) and self.clock() < deadline:
+            self.poll()  # also reaps the shims and retries groups that were busy a moment ago
             time.sleep(0.05)
         self.poll()
+        self.save()
 
 
 class LaunchError(RuntimeError):
     """Why a LAUNCH could not be carried out (becomes the task's exit message)."""
+
+
+def _key_of_cgroup(name: str) -> TaskKey | None:
+    """"job7-a2-r0" -> TaskKey(7, 2, 0) (the inverse of Task.cgroup); None for anything else."""
+    parts = name.split("-")
+    if len(parts) != 3 or not (parts[0].startswith("job") and parts[1][:1] == "a" and parts[2][:1] == "r"):
+        return None
+    try:
+        return TaskKey(int(parts[0][3:]), int(parts[1][1:]), int(parts[2][1:]))
+    except ValueError:
+        return None
+
+
+def _resolve(command: str, workdir: Path, path_var: str) -> str:
+    """The executable the job's argv[0] names (checked here, so a bad command gets a clear message)."""
+    if "/" in command:
+        found: str | None = str(workdir / command)
+        if not os.path.exists(found):
+            found = None
+    else:
+        found = shutil.which(command, mode=os.F_OK, path=path_var)
+        if found is not None:
+            found = str(workdir / found)
+    if found is None:
+        raise LaunchError(f"task.command: {command!r} not found (working dir {workdir})")
+    if not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise LaunchError(f"task.command: {command!r} is not executable")
+    return found
+
+
+def _read_pid(fd: int, timeout_s: float) -> int:
+    """The job's pid, as the shim writes it on the pipe; 0 when it does not within the timeout."""
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return 0
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return 0
+        data += chunk
+    if data.startswith(b"ERR "):
+        raise LaunchError(data[4:].decode(errors="replace").strip())
+    return int(data)
 
 
 def _pin_tree(pid: int, cores: tuple[int, ...]) -> None:

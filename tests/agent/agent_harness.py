@@ -35,6 +35,8 @@ class AgentProcess:
             "--fake-gpus", str(self.fake_gpus),
             "--cgroup-parent", self.cgroup_parent,
             "--stop-grace-s", "2",
+            "--bandwidth-calibration-s", "0.05",
+            "--stop-tasks-on-exit",  # tests leave no processes behind (the default leaves tasks running)
             "--log-format", "text",
             *self.extra,
         ]
@@ -70,6 +72,12 @@ class AgentProcess:
         text = wait_for(lambda: re.search(r"PID (\d+)", self.task_log(job_id, attempt)), timeout=30,
                         what=f"job {job_id} to print its pid")
         return int(text.group(1))
+
+    def kill9(self) -> None:
+        """SIGKILL the agent (its tasks, in their own sessions, keep running)."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=30)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -7,11 +7,11 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from synergy.agent.cgroups import CgroupsV1, CgroupsV2, Limits, detect
-from synergy.agent.tasks import _enter
 
 MIB = 1024**2
 
@@ -118,6 +118,18 @@ def v1() -> CgroupsV1:
     cg.setup(sorted(os.sched_getaffinity(0)))
     yield cg
     cg.teardown()
+
+
+def _enter(join_files: list[str], cores: tuple[int, ...]) -> Callable[[], None]:
+    """Join the groups and pin the cores between fork and exec (what the agent's shim does)."""
+
+    def enter() -> None:
+        for f in join_files:
+            with open(f, "w") as fh:
+                fh.write(str(os.getpid()))
+        os.sched_setaffinity(0, set(cores))
+
+    return enter
 
 
 def _child(cg: CgroupsV1, name: str, code: str, cores: tuple[int, ...]) -> subprocess.Popen[bytes]:

@@ -192,3 +192,56 @@ def test_daemon_restart_agent_reconnects_and_nothing_is_launched_twice(
         assert alive(pid) and a.log_text().count("task.launched") == 1, a.log_text()
     finally:
         d.kill()
+
+
+EXIT_7_ON_GO = ("import os, sys, time; print('PID', os.getpid(), flush=True)\n"
+                "while not os.path.exists('go'): time.sleep(0.1)\n"
+                "print('going', flush=True); sys.exit(7)")
+
+
+def test_agent_kill9_and_restart_readopts_its_running_task(cluster: Callable[..., object], tmp_path: Path) -> None:
+    d = cluster("daemon")
+    a = cluster("agent", d, "phoenix", "--cpus", "0", "--memory", "1G")
+    job = _submit(d, "survivor", EXIT_7_ON_GO, tmp_path)
+    _state(d, job, "running")
+    pid = a.task_pid(job)
+    a.kill9()
+    assert alive(pid)  # the task outlives its agent
+    a.start()
+    wait_for(lambda: a.log_text().count("agent.registered") == 2, timeout=30, what="the agent to re-register")
+    assert f"task.readopted task={job}-1-0 pid={pid}" in a.log_text(), a.log_text()
+    assert a.log_text().count("task.launched") == 1, a.log_text()  # nothing launched twice
+    _state(d, job, "running")
+    assert alive(pid) and f"job{job}-a1-r0" in Path(f"/proc/{pid}/cgroup").read_text()
+    (tmp_path / "go").write_text("")  # now the re-adopted task exits 7: reported as such
+    reason = _state(d, job, "failed").state_reason
+    assert "exited with code 7" in reason and "going" in reason, reason
+    assert a.log_text().count("task.launched") == 1
+    a.stop()  # the second instance also removes the groups the first one created
+    for controller in ("cpuset", "memory", "cpu"):
+        assert not Path(f"/sys/fs/cgroup/{controller}/{a.cgroup_parent}").exists(), a.log_text()
+
+
+def test_the_agent_serves_its_own_metrics_with_node_and_task_telemetry(
+    cluster: Callable[..., object], tmp_path: Path
+) -> None:
+    import urllib.request
+
+    d = cluster("daemon")
+    a = cluster("agent", d, "metered", "--cpus", "0", "--memory", "1G", "--sample-interval-s", "0.2")
+    job = _submit(d, "metered", SLEEPER, tmp_path)
+    _state(d, job, "running")
+    address = wait_for(lambda: (a.work_dir / "metrics.address").exists()
+                       and (a.work_dir / "metrics.address").read_text().strip(), timeout=30, what="metrics.address")
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    task = f'task="{job}-1-0"'
+    text = wait_for(lambda: t if task in (t := scrape()) else "", timeout=30, what="the task's gauges")
+    assert f'synergy_agent_task_rss_bytes{{node="metered",{task}}}' in text
+    assert f'synergy_agent_task_membw_bytes_per_second{{node="metered",source="estimate",{task}}}' in text
+    assert 'synergy_agent_node_membw_peak_bytes_per_second{node="metered",source="copy-benchmark"}' in text
+    assert 'synergy_agent_task_launches_total{how="launched",node="metered"} 1.0' in text
+    assert 'synergy_agent_node_tasks_running{node="metered"} 1.0' in text

@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from agent_harness import alive, cpus_allowed
-from synergy.agent.cgroups import Cgroups
+from synergy.agent.cgroups import Cgroups, detect
 from synergy.agent.cores import parse_cpu_list
-from synergy.agent.tasks import LAUNCH_FAILED, Phase, Supervisor, TaskKey
+from synergy.agent.client import task_status
+from synergy.agent.tasks import EXIT_LOST, LAUNCH_FAILED, Phase, Supervisor, TaskKey
 from synergyd_harness import wait_for
 from synergy.v1 import common_pb2, node_pb2
 
@@ -94,3 +96,93 @@ def test_resize_moves_cores_in_place_and_exits_keep_being_reported(sup: Supervis
     assert t.exit_code == -9 and "exit code -9" in t.message
     sup.forget(TaskKey(99, 1, 0))  # unknown: ignored
     assert t.key in sup.tasks  # reported until the daemon says forget
+
+
+def test_four_half_cpu_tasks_share_two_cores_each_with_its_quota(tmp_path: Path) -> None:
+    """0.5 CPU per task on a 2-core slice: all four run (two per core), each held to 0.5 CPU."""
+    if len(CORES) < 2:
+        pytest.skip("needs two cores")
+    cg = detect(f"synergy-test/{uuid.uuid4().hex[:8]}", CORES[:2])
+    s = Supervisor(node_id="n", cores=CORES[:2], gpus=4, mem_gb=4, work_dir=tmp_path, cgroups=cg,
+                   log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
+    try:
+        tasks = [s.launch(_spec(j, cpus=0.5, mem_gb=0.25)) for j in range(1, 5)]
+        assert all(t.phase == Phase.RUNNING for t in tasks), [t.message for t in tasks]
+        assert sorted(t.grant.shared for t in tasks) == sorted([CORES[0], CORES[1]] * 2)
+        for t in tasks:
+            wait_for(lambda: cpus_allowed(t.pid) == str(t.grant.shared), timeout=30, what="affinity")
+            if cg.kind == "v1":
+                quota = (cg._dir("cpu", t.cgroup) / "cpu.cfs_quota_us").read_text().strip()
+                period = (cg._dir("cpu", t.cgroup) / "cpu.cfs_period_us").read_text().strip()
+                assert int(quota) == int(period) // 2
+        # whole cores stay exclusive: a 1-CPU task does not fit beside shared cores
+        t = s.launch(_spec(9, cpus=1, gpus=0, mem_gb=0.25))
+        assert t.phase == Phase.EXITED and "needs 1 exclusive cores" in t.message
+        s.stop(tasks[0].key, 0, "test")
+        s.stop(tasks[1].key, 0, "test")
+        for k in (tasks[0].key, tasks[1].key):
+            _until_exited(s, k)
+        t = s.launch(_spec(10, cpus=1, gpus=0, mem_gb=0.25))
+        assert t.phase == Phase.RUNNING and t.grant.exclusive and t.grant.shared is None
+    finally:
+        s.shutdown(0)
+        cg.teardown()
+
+
+def test_a_new_supervisor_readopts_running_tasks_and_reports_the_rest(tmp_path: Path) -> None:
+    """The agent died (no shutdown): its successor takes over from the state file and the shims."""
+    cg = detect(f"synergy-test/{uuid.uuid4().hex[:8]}", CORES)
+
+    def supervisor() -> Supervisor:
+        return Supervisor(node_id="n", cores=CORES, gpus=4, mem_gb=4, work_dir=tmp_path, cgroups=cg,
+                          log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
+
+    old = supervisor()
+    keep, orphan, done = (old.launch(_spec(j, IGNORE_TERM if j == 1 else "import time; time.sleep(600)",
+                                            cpus=0.25, mem_gb=0.25)) for j in (1, 2, 3))
+    for t in (keep, orphan, done):
+        assert t.phase == Phase.RUNNING, t.message
+    wait_for(lambda: "PID" in keep.log_path.read_text(), timeout=30, what="the job to start")
+    assert keep.pid != keep.shim_pid and keep.pid in (cg.pids(keep.cgroup) if cg.kind != "none" else [keep.pid])
+    assert "t" * 20 not in old.state_path.read_text()  # the job token never reaches the state file
+    os.kill(orphan.shim_pid, 9)  # its exit status can no longer be known
+    orphan.proc.wait()
+    os.kill(done.pid, 9)  # exits while no agent watches: the shim records it
+    wait_for(lambda: (tmp_path / "exits" / f"{done.key}.exit").exists(), timeout=30, what="the exit record")
+    new = supervisor()
+    try:
+        new.readopt()
+        k = new.tasks[keep.key]
+        assert k.phase == Phase.RUNNING and k.pid == keep.pid and k.grant == keep.grant and alive(k.pid)
+        assert task_status(k, "n").pid == keep.pid
+        o = new.tasks[orphan.key]
+        assert o.phase == Phase.EXITED and o.exit_code == EXIT_LOST and "lost: its shim" in o.message
+        wait_for(lambda: not alive(orphan.pid), timeout=30, what="the lost task's process to be killed")
+        d = new.tasks[done.key]
+        assert d.phase == Phase.EXITED and d.exit_code == -9
+        # a STOP through the new supervisor: SIGTERM ignored, SIGKILL after the grace, exit reported
+        new.stop(k.key, 0.2, "test")
+        _until_exited(new, k.key)
+        assert k.exit_code == -9 and "stopped by the agent (test)" in k.message
+        # nothing launched twice: a repeated LAUNCH of the re-adopted task is the same task
+        assert new.launch(_spec(1)) is k
+    finally:
+        new.shutdown(0)
+        old.shutdown(0)
+        cg.teardown()
+
+
+class _UnjoinableCgroups(Cgroups):
+    kind = "broken"
+
+    def join_files(self, name: str) -> list[str]:
+        return ["/nonexistent/synergy/cgroup.procs"]
+
+
+def test_a_task_that_cannot_enter_its_cgroup_fails_alone_with_the_reason(tmp_path: Path) -> None:
+    s = Supervisor(node_id="n", cores=CORES, gpus=0, mem_gb=1, work_dir=tmp_path, cgroups=_UnjoinableCgroups("t"),
+                   log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
+    t = s.launch(_spec(1, gpus=0, mem_gb=0.1))
+    assert t.phase == Phase.EXITED and t.exit_code == LAUNCH_FAILED
+    assert "cannot enter the task's cgroup or cores" in t.message and "/nonexistent/synergy" in t.message
+    assert t.pid == 0 and not t.log_path.read_text()  # the job never ran

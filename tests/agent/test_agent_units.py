@@ -10,7 +10,7 @@ import pytest
 
 from synergy.agent import contract
 from synergy.agent.config import ConfigError, from_args, parse_size_gb
-from synergy.agent.cores import CoreError, choose_cores, cores_needed, format_cpu_list, parse_cpu_list
+from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list, parse_cpu_list, shared_load, split_cpus
 from synergy.agent.tasks import log_tail
 
 
@@ -57,15 +57,45 @@ def test_cpu_lists_parse_and_format() -> None:
             parse_cpu_list(bad)
 
 
-def test_cores_are_rounded_up_exclusive_and_resizes_keep_theirs() -> None:
-    assert cores_needed(0) == 1 and cores_needed(2.0) == 2 and cores_needed(2.25) == 3
+def test_whole_cores_are_exclusive_and_resizes_keep_theirs() -> None:
     usable = range(8)
-    assert choose_cores(2.5, usable, taken={0, 1}) == (2, 3, 4)
+    held = [CoreGrant((0, 1))]
+    assert choose_cores(2, usable, held) == CoreGrant((2, 3))
     # a resize keeps the task's own cores first
-    assert choose_cores(3, usable, taken={0}, keep=(5, 6)) == (1, 5, 6)
-    assert choose_cores(1, usable, taken={0}, keep=(5, 6)) == (5,)
+    assert choose_cores(3, usable, [CoreGrant((0,))], keep=CoreGrant((5, 6))).exclusive == (1, 5, 6)
+    assert choose_cores(1, usable, [CoreGrant((0,))], keep=CoreGrant((5, 6))).exclusive == (5,)
     with pytest.raises(CoreError, match="needs 3 exclusive cores.*only 2"):
-        choose_cores(3, range(4), taken={0, 1})
+        choose_cores(3, range(4), held)
+
+
+def test_fractions_share_a_core_that_is_never_given_out_whole() -> None:
+    assert split_cpus(2.5) == (2, 0.5) and split_cpus(2.0) == (2, 0.0) and split_cpus(0) == (0, 0.0)
+    with pytest.raises(CoreError, match="placement.cpus"):
+        split_cpus(-1)
+    g = choose_cores(2.5, range(8), [CoreGrant((0, 1))])
+    assert g == CoreGrant((2, 3), shared=7, fraction=0.5) and g.cores == (2, 3, 7)
+    # four 0.5-CPU tasks on two cores: two per core, packed (best fit)
+    held: list[CoreGrant] = []
+    for _ in range(4):
+        held.append(choose_cores(0.5, range(2), held))
+    assert sorted(g.shared for g in held) == [0, 0, 1, 1] and all(not g.exclusive for g in held)
+    assert shared_load(held) == {0: 1.0, 1: 1.0}
+    with pytest.raises(CoreError, match="0.5 of a shared core"):
+        choose_cores(0.5, range(2), held)
+    # a core hosting fractions never goes whole to anyone, and a whole core never hosts one
+    part = [choose_cores(0.3, range(3), [])]
+    assert part[0].shared == 2
+    whole = choose_cores(2, range(3), part)
+    assert whole.exclusive == (0, 1) and whole.shared is None
+    with pytest.raises(CoreError):
+        choose_cores(1, range(3), part + [whole])
+    assert choose_cores(0.7, range(3), part + [whole]).shared == 2  # 0.3 + 0.7 fits
+    assert choose_cores(0.1 + 0.2, range(1), [CoreGrant((), 0, 0.7)]).shared == 0  # float sums
+    # a resize keeps its shared core while it fits, and may turn it into a whole core
+    mine = CoreGrant((), 1, 0.5)
+    assert choose_cores(0.8, range(2), [CoreGrant((), 0, 0.5)], keep=mine) == CoreGrant((), 1, 0.8)
+    assert choose_cores(1, range(2), [CoreGrant((), 0, 0.5)], keep=mine) == CoreGrant((1,))
+    assert choose_cores(0, range(2), []).shared == 1  # 0 CPUs still run somewhere
 
 
 def test_sizes() -> None:
@@ -83,12 +113,17 @@ def test_flags_are_checked(tmp_path: Path) -> None:
     cfg = from_args([*base, "--cpus", "0", "--memory", "1G", "--fake-gpus", "2", "--node-id", "n-1"])
     assert cfg.cores == (0,) and cfg.mem_gb == 1 and cfg.fake_gpus == 2 and (tmp_path / "w" / "logs").is_dir()
     assert "x" * 20 not in repr(cfg)
+    assert not cfg.stop_tasks_on_exit and cfg.metrics_port == 0 and cfg.sample_interval_s == 1
+    assert from_args([*base, "--metrics-port", "-1", "--stop-tasks-on-exit"]).metrics_port is None
     for extra, message in [
         (["--cpus", "9999"], "^--cpus: cores 9999 are not available"),
         (["--cpus", "0", "--reserve-cpus", "1"], "^--reserve-cpus"),
         (["--memory", "100000G"], "^--memory"),
         (["--node-id", "bad id"], "^--node-id"),
         (["--daemon", "nohost"], "^--daemon"),
+        (["--metrics-port", "70000"], "^--metrics-port"),
+        (["--sample-interval-s", "-1"], "^--sample-interval-s"),
+        (["--bandwidth-calibration-s", "nan"], "^--bandwidth-calibration-s"),
     ]:
         with pytest.raises(ConfigError, match=message):
             from_args([*base, *extra])

@@ -1,0 +1,184 @@
+"""CODA's contention eliminator: the pure decision exhaustively, the actuators for real (cgroup v1) and on a fake resctrl."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from synergy.agent.bandwidth import SOURCE_ESTIMATE, Bandwidth, Calibration, Resctrl
+from synergy.agent.cgroups import detect
+from synergy.agent.contention import Observation, Policy, State, Throughput, decide, degraded
+from synergy.agent.eliminator import Eliminator
+from synergy.agent.tasks import Phase, Supervisor
+from synergy.agent.telemetry import NodeSample, Sampler, TaskSample
+from synergyd_harness import wait_for
+from synergy.v1 import common_pb2, node_pb2
+
+P = Policy()  # 75 % threshold, 10 % drop, restore below 60 %, 3 calm samples, cooldown 2, max level 3
+PEAK = 100.0
+SLOW = {"gpu": (80.0, 100.0)}  # 20 % below baseline
+FINE = {"gpu": (95.0, 100.0)}
+
+
+def obs(bw: float, cpu: dict[str, float] | None = None, training: dict | None = None) -> Observation:
+    return Observation(bw, PEAK, {"a": 30.0, "b": 50.0} if cpu is None else cpu, SLOW if training is None else training)
+
+
+def run(state: State, *observations: Observation) -> tuple[State, list]:
+    actions = []
+    for o in observations:
+        state, acts = decide(state, o, P)
+        actions.extend(acts)
+    return state, actions
+
+
+def test_throttles_the_heaviest_cpu_task_only_when_bandwidth_and_training_both_say_so() -> None:
+    assert decide(State(), obs(80, training=FINE), P) == (State(), [])  # bandwidth high, training fine
+    assert decide(State(), obs(70), P) == (State(), [])  # training slow, bandwidth below the threshold
+    assert decide(State(), obs(80, training={"gpu": (10.0, 0.0)}), P)[1] == []  # no baseline yet
+    assert decide(State(), Observation(80, 0, {"a": 1}, SLOW), P)[1] == []  # no calibrated peak
+    assert decide(State(), obs(80, cpu={}), P)[1] == []  # nothing to throttle
+    state, [a] = decide(State(), obs(75), P)  # exactly at the threshold counts
+    assert (a.kind, a.task, a.level) == ("throttle", "b", 1) and "75% of peak" in a.reason
+    assert state.levels == {"b": 1} and state.cooldown == P.cooldown_samples
+
+
+def test_cooldown_then_step_by_step_throttling_up_to_the_max_level() -> None:
+    state, actions = run(State(), *[obs(90)] * (1 + P.cooldown_samples))
+    assert [(a.task, a.level) for a in actions] == [("b", 1)]  # the cooldown held the next two
+    state, actions = run(state, *[obs(90)] * 20)
+    # b is the heaviest until it reaches the max level; then a
+    assert [(a.task, a.level) for a in actions] == [("b", 2), ("b", 3), ("a", 1), ("a", 2), ("a", 3)]
+    assert state.levels == {"a": 3, "b": 3}
+    assert run(state, *[obs(90)] * 5)[1] == []  # everything at the max: nothing more to do
+
+
+def test_restore_needs_calm_samples_below_the_hysteresis_band_one_step_at_a_time() -> None:
+    state = State(levels={"a": 1, "b": 2})
+    # in the band (60 % <= bw < 75 %): hold, and the calm count restarts
+    state, actions = run(state, obs(50, training=FINE), obs(50, training=FINE), obs(65, training=FINE))
+    assert actions == [] and state.calm == 0
+    # training still slow while bandwidth is low: hold
+    assert run(state, *[obs(10)] * 5)[1] == []
+    state, actions = run(state, *[obs(10, training=FINE)] * P.calm_samples)
+    assert [(a.kind, a.task, a.level) for a in actions] == [("restore", "b", 1)]  # most throttled first
+    state, actions = run(state, *[obs(10, training=FINE)] * 30)
+    assert [(a.task, a.level) for a in actions] == [("b", 0), ("a", 0)]  # ties: the larger key first
+    assert state.levels == {} and run(state, *[obs(10, training=FINE)] * 5)[1] == []
+
+
+def test_tasks_that_left_drop_out_and_ties_are_deterministic() -> None:
+    state, _ = decide(State(levels={"gone": 2, "a": 1}), obs(10, cpu={"a": 1.0}, training=FINE), P)
+    assert state.levels == {"a": 1}
+    _, [a] = decide(State(), obs(90, cpu={"x": 5.0, "y": 5.0}), P)
+    assert a.task == "y"  # equal bandwidth: the larger key, always the same
+
+
+def test_invariants_over_a_grid_of_situations() -> None:
+    """Never throttle without both signals, never restore with either, levels stay within bounds."""
+    bws = [0, 30, 59.9, 60, 70, 74.9, 75, 90, 100, 150]
+    trainings = [{}, FINE, SLOW, {"gpu": (80.0, 0.0)}, {"g1": (95.0, 100.0), "g2": (50.0, 100.0)}]
+    levels = [{}, {"a": 1}, {"a": 3, "b": 3}, {"b": 2}]
+    for bw, training, lv, calm, cooldown in itertools.product(bws, trainings, levels, (0, 2), (0, 1)):
+        o = obs(bw, training=training)
+        state, actions = decide(State(dict(lv), calm, cooldown), o, P)
+        slow = bool(degraded(training, P.throughput_drop))
+        assert len(actions) <= 1
+        assert all(0 <= v <= P.max_level for v in state.levels.values())
+        for a in actions:
+            assert cooldown == 0
+            if a.kind == "throttle":
+                assert bw >= 75 and slow and a.level == lv.get(a.task, 0) + 1
+            else:
+                assert bw < 60 and not slow and calm + 1 >= P.calm_samples and a.level == lv[a.task] - 1
+        if not actions and cooldown == 0 and bw >= 75 and slow:
+            assert all(lv.get(k, 0) == P.max_level for k in ("a", "b"))
+
+
+def test_throughput_prefers_reports_and_learns_baselines_only_when_uncontended() -> None:
+    t = Throughput()
+    assert t.observe({"g": 90.0}, uncontended=True) == {"g": (90.0, 90.0)}
+    assert t.observe({"g": 70.0}, uncontended=True) == {"g": (70.0, 80.0)}
+    assert t.observe({"g": 10.0}, uncontended=False) == {"g": (10.0, 80.0)}  # contended: baseline kept
+    t.report("g", 400.0)  # the job's own samples/s win over GPU utilisation
+    assert t.observe({"g": 10.0}, uncontended=True)["g"][0] == 400.0
+    assert t.observe({}, uncontended=True) == {} and not t.reported
+
+
+def test_resctrl_mba_caps_a_task_on_a_fake_tree(tmp_path: Path) -> None:
+    root = tmp_path / "resctrl"
+    root.mkdir()
+    (root / "schemata").write_text("L3:0=fff;1=fff\n    MB:0=100;1=100\n")
+    r = Resctrl(root)
+    assert r.mba_domains() == ["0", "1"]
+    assert r.set_mba("job1-a1-r0", [123], 50)
+    g = root / "synergy-job1-a1-r0"
+    assert (g / "schemata").read_text() == "MB:0=50;1=50\n" and (g / "tasks").read_text() == "123"
+    assert r.set_mba("job1-a1-r0", [123], 3) and "MB:0=10;1=10" in (g / "schemata").read_text()  # floor 10 %
+    assert not Resctrl(tmp_path / "none").set_mba("x", [1], 50)
+
+
+CORES = tuple(sorted(os.sched_getaffinity(0)))
+BURN = "import os; print('PID', os.getpid(), flush=True)\nwhile True: pass"
+SLEEP = "import time; time.sleep(600)"
+
+
+def _spec(job: int, code: str, gpus: int) -> node_pb2.TaskSpec:
+    return node_pb2.TaskSpec(
+        ref=node_pb2.TaskRef(job_id=job, attempt=1, rank=0), job_name=f"j{job}", world_size=1,
+        command=[sys.executable, "-c", code],
+        placement=common_pb2.Placement(node_id="n", gpus=gpus, cpus=1, mem_gb=0.25), job_token="t" * 20,
+    )
+
+
+def _sample(real: NodeSample, node_bw: float, gpu_util: float) -> NodeSample:
+    """The real sample, with the node's bandwidth and the training task's GPU use set by the test."""
+    tasks = {k: (t if k != "2-1-0" else TaskSample(**{**t.__dict__, "gpu_util_pct": gpu_util}))
+             for k, t in real.tasks.items()}
+    return NodeSample(**{**real.__dict__, "membw": Bandwidth(node_bw, SOURCE_ESTIMATE), "tasks": tasks})
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="needs two cores")
+def test_quota_actuator_halves_a_burning_cpu_job_and_restores_it(tmp_path: Path) -> None:
+    cg = detect(f"synergy-test/{uuid.uuid4().hex[:8]}", CORES)
+    if cg.kind != "v1":
+        pytest.skip(f"needs root and cgroup v1 (CI runs as root); here: {cg.describe()}")
+    sup = Supervisor(node_id="n", cores=CORES, gpus=1, mem_gb=2, work_dir=tmp_path, cgroups=cg,
+                     log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
+    sampler = Sampler(CORES, cg, calibration=Calibration(PEAK, 10.0, CORES, 0.1))
+    elim = Eliminator(sup, logging.getLogger("test-agent"), Policy(calm_samples=2, cooldown_samples=0))
+    try:
+        burn, train = sup.launch(_spec(1, BURN, 0)), sup.launch(_spec(2, SLEEP, 1))
+        assert burn.phase == train.phase == Phase.RUNNING
+        quota = cg._dir("cpu", burn.cgroup) / "cpu.cfs_quota_us"
+        assert quota.read_text().strip() == "100000"
+
+        def cpu_after(window_s: float = 1.0) -> float:
+            sampler.sample(sup.tasks.values())
+            end = time.monotonic() + window_s
+            wait_for(lambda: time.monotonic() >= end, timeout=30, interval=0.05)
+            return sampler.sample(sup.tasks.values()).tasks["1-1-0"].cpu_cores
+
+        before = cpu_after()
+        for _ in range(3):  # the training task's baseline, learnt while uncontended
+            assert elim.step(_sample(sampler.sample(sup.tasks.values()), 20, 90)) == []
+        [a] = elim.step(_sample(sampler.sample(sup.tasks.values()), 90, 50))  # contention, training slowed
+        assert (a.kind, a.task, a.level) == ("throttle", "1-1-0", 1)
+        assert quota.read_text().strip() == "50000" and burn.throttle_level == 1
+        during = cpu_after()
+        assert during < 0.65, (before, during)  # held to half a core (plus tick noise)
+        assert elim.counts["throttle"] == 1
+        actions = [x for _ in range(2) for x in elim.step(_sample(sampler.sample(sup.tasks.values()), 10, 90))]
+        assert [(x.kind, x.level) for x in actions] == [("restore", 0)]
+        assert quota.read_text().strip() == "100000" and burn.throttle_level == 0
+        print(f"burner CPU: before {before:.2f}, throttled {during:.2f} cores")
+    finally:
+        sup.shutdown(0)
+        cg.teardown()
