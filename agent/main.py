@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import select
 import signal
 import sys
@@ -30,6 +29,7 @@ from synergy.agent.client import Backoff, NodeClient, statuses
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
 from synergy.agent.gpus import GIB, Gpus, discover
+from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.tasks import Supervisor, TaskKey
 from synergy.agent.telemetry import NodeSample, Sampler
@@ -94,7 +94,8 @@ class Agent:
     def __init__(self, cfg: AgentConfig, log: logging.Logger) -> None:
         self.cfg = cfg
         self.log = log
-        self.instance_id = secrets.token_hex(8)
+        self.identity = claim(cfg.work_dir)  # before re-adopting: the lock holder owns the tasks
+        self.instance_id = self.identity.instance_id
         parent = f"{cfg.cgroup_parent}/{cfg.node_id}"
         self.cgroups = detect(parent, cfg.cores, enabled=cfg.use_cgroups)
         event(log, "agent.cgroups", kind=self.cgroups.kind, memory_enforced=self.cgroups.enforces_memory,
@@ -306,6 +307,7 @@ class Agent:
             self.client.close()
             self.gpus.close()
             self.metrics.close()
+            self.identity.release()
         return code
 
 
@@ -317,7 +319,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log = configure_logging(cfg.log_level, cfg.log_format)
     waker = Waker()
-    agent = Agent(cfg, log)
+    try:
+        agent = Agent(cfg, log)
+    except IdentityError as exc:
+        sys.stderr.write(f"synergy-agent: {exc}\n")
+        return 1
     return agent.run(waker)
 
 

@@ -82,19 +82,21 @@ def _why(exc: OSError) -> str:
 
 
 # -- the lock ---------------------------------------------------------------------------------------
-def acquire_lock(state_dir: Path) -> int:
-    """flock STATE_DIR/synergyd.lock and write our pid into it; returns the fd (close it to release)."""
+def acquire_lock(state_dir: Path, name: str = LOCK_FILE, owner: str = "synergyd", flag: str = "--state-dir") -> int:
+    """flock DIR/`name` and write our pid into it; returns the fd (close it to release).
+
+    The agent locks its work dir the same way (`owner="synergy-agent"`, `flag="--work-dir"`)."""
     try:
-        fd = os.open(Path(state_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(Path(state_dir) / name, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
-        raise StateDirError(f"--state-dir {state_dir}: cannot open {LOCK_FILE} ({_why(exc)})") from None
+        raise StateDirError(f"{flag} {state_dir}: cannot open {name} ({_why(exc)})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         raise StateDirLocked(
-            f"--state-dir {state_dir}: another synergyd (pid {holder}) is running on it"
+            f"{flag} {state_dir}: another {owner} (pid {holder}) is running on it"
         ) from None
     try:
         os.ftruncate(fd, 0)
