@@ -1,3 +1,55 @@
 """Shared test set-up. Its presence puts tests/ on sys.path (pytest's default import mode),
 so every test folder can import the shared helpers beside it: `synergyd_harness` (a real
-synergyd process and simulated agents) and `profiles_for_tests`."""
+synergyd process and simulated agents), `cli_runner` (the CLI in-process) and
+`profiles_for_tests`.
+
+The fixtures here serve every folder: each daemon and fake agent a test starts is stopped
+by a finaliser, even on failure, and no test sees the developer's own SYNERGY_* settings or
+default state dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from synergyd_harness import DaemonProcess, FakeAgent
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("SYNERGY_"):
+            monkeypatch.delenv(name)
+    # Keep the default state dir (~/.local/state/synergy) out of reach too.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    started: list[DaemonProcess] = []
+
+    def start(*extra: str, state_dir: Path | None = None, round_s: float = 0.5) -> DaemonProcess:
+        d = DaemonProcess(state_dir or tmp_path / f"state{len(started)}", *extra, round_s=round_s)
+        started.append(d)
+        return d.start()
+
+    yield start
+    for d in started:
+        d.kill()
+
+
+@pytest.fixture
+def start_agent() -> Iterator[Callable[..., FakeAgent]]:
+    agents: list[FakeAgent] = []
+
+    def start(daemon: DaemonProcess, node_id: str, **kw: object) -> FakeAgent:
+        a = FakeAgent(daemon.address, daemon.cluster_token, node_id, **kw)  # type: ignore[arg-type]
+        agents.append(a)
+        return a.start()
+
+    yield start
+    for a in agents:
+        a.stop()

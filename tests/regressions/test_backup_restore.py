@@ -13,26 +13,15 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 from statedir_helpers import assert_refused, run_synergyd
 
-from synergy.scheduler.cli.main import main
 from synergy.scheduler.statedir import check_database
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("SYNERGY_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 def synergy(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(args))
-    out = capsys.readouterr()
-    return int(code), out.out, out.err
+    r = run_cli(capsys, *args)
+    return r.code, r.out, r.err
 
 
 def test_backup_while_serving_then_restore(start_daemon, capsys, tmp_path: Path) -> None:
