@@ -25,7 +25,7 @@ Connect = Callable[[], Client]
 
 #: Spec fields that `submit` flags can set, and the flag named in error messages.
 SPEC_FLAGS: dict[str, str] = {
-    "name": "--name", "gpus": "--gpus", "working_dir": "--working-dir", "cpus": "--cpus",
+    "name": "--name", "kind": "--kind", "gpus": "--gpus", "working_dir": "--working-dir", "cpus": "--cpus",
     "memory_gb": "--memory-gb", "model": "--model", "task": "--task", "profile": "--profile",
     "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
 }
@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", nargs="?", metavar="SPEC.yaml", help="job spec file (YAML)")
     p.add_argument("--name", help="job name: 1-63 letters, digits, '.', '_', '-', starting with a letter")
     p.add_argument("--gpus", type=int, help="GPUs the job needs (fixed for the whole run)")
+    p.add_argument("--kind", choices=("training", "cpu"),
+                   help="'cpu': a CPU-only job (no GPU; --cpus and --memory-gb are then its request)")
     p.add_argument("--command", dest="command_str", metavar="CMD",
                    help="the command, as one string split into arguments shell-style (no shell runs it)")
     p.add_argument("--working-dir", help="working directory on the node (default: the current directory)")
@@ -126,7 +128,8 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
             return load_spec(args.spec, overrides=overrides, labels=labels)
         if flag_env:
             labels["env"] = "--env"
-        missing = [f for f in ("name", "gpus", "command") if f not in overrides]
+        needed = ("name", "command") if overrides.get("kind") == "cpu" else ("name", "gpus", "command")
+        missing = [f for f in needed if f not in overrides]
         if missing:
             need = ", ".join("--command (or '-- CMD...')" if f == "command" else f"--{f}" for f in missing)
             raise CliError(f"submit needs a spec file or at least {need}", ExitCode.USAGE)
@@ -259,8 +262,9 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     rows += [
         ("command", shlex.join(s.command)),
         ("working dir", s.working_dir or "(agent default)"),
+        ("kind", s.kind or "training"),
         ("gpus", s.gpus),
-        ("hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
+        ("request" if s.kind == "cpu" else "hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
                                          s.mem_gb_hint and f"{fmt_num(s.mem_gb_hint)} GB") if x) or "-"),
         ("model", " / ".join(x for x in (s.model, s.task) if x) or "-"),
         ("profile", job.profile_source or "-"),
