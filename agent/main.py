@@ -127,6 +127,8 @@ class Agent:
             tasks=statuses(self.supervisor.tasks.values(), cfg.node_id),
             agent_version=VERSION,
             instance_id=self.instance_id,
+            cgroup_mode=self.cgroups.kind,
+            memory_enforced=self.cgroups.enforces_memory,
         )
 
     def _telemetry(self) -> common_pb2.NodeTelemetry:

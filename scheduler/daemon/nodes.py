@@ -127,8 +127,21 @@ class NodeBook:
             live.last_heartbeat, live.lost = now, False
             live.telemetry = dict(telemetry)
             live.tasks = {t.key: t for t in tasks}
+            self._gauges(node_id, live.telemetry, len(tasks))
             instructions, forget = self.reconciler.reconcile(node_id)
             return NodeReply(self.view(node), instructions, forget)
+
+    def _gauges(self, node_id: str, telemetry: Mapping[str, Any], tasks: int) -> None:
+        """The node's /metrics gauges from its latest telemetry (absent figures are not set)."""
+        m = self.ctx.metrics
+        usage = telemetry.get("usage", {})
+        m.node_tasks.labels(node_id).set(tasks)
+        m.node_cpu_cores.labels(node_id).set(float(usage.get("cpu_cores", 0.0)))
+        m.node_rss_bytes.labels(node_id).set(float(usage.get("rss_bytes", 0)))
+        for gauge, bw in ((m.node_mem_bandwidth, usage.get("mem_bandwidth")),
+                          (m.node_mem_bandwidth_peak, telemetry.get("peak_mem_bandwidth"))):
+            if bw:
+                gauge.labels(node_id, bw.get("source", "")).set(float(bw.get("gb_per_s", 0.0)))
 
     # -- admin calls ----------------------------------------------------------------------------
     def get(self, node_id: str) -> NodeRecord:

@@ -32,3 +32,26 @@ def test_submit_kind_cpu_and_describe(cli) -> None:
     assert r.code != 0 and "spec.gpus" in r.err
     info = json.loads(cli("--json", "describe", "cpu7").out)
     assert info["spec"]["kind"] == "cpu" and info["spec"].get("gpus", 0) == 0
+
+
+def test_nodes_show_cpu_bandwidth_and_memory_not_enforced(cli, synergyd) -> None:
+    from synergyd_harness import channel, md
+    from synergy.v1 import common_pb2, node_pb2, node_pb2_grpc
+
+    stub = node_pb2_grpc.NodeServiceStub(channel(synergyd.address))
+    meta = md(synergyd.cluster_token)
+    stub.RegisterNode(node_pb2.RegisterNodeRequest(
+        node_id="cli-nocg", capacity=common_pb2.Resources(gpus=0, cpus=4, mem_gb=8), instance_id="x",
+        cgroup_mode="none", memory_enforced=False), metadata=meta, timeout=10)
+    tele = common_pb2.NodeTelemetry(
+        cpu_util_pct=37.5, usage=common_pb2.ResourceUsage(
+            cpu_cores=1.5, rss_bytes=2**30, mem_bandwidth=common_pb2.MemoryBandwidth(gb_per_s=4.2, source="estimate"),
+            io_pressure=common_pb2.Pressure(some_avg10=1.5, full_avg10=0.5)),
+        peak_mem_bandwidth=common_pb2.MemoryBandwidth(gb_per_s=16, source="estimate"))
+    stub.Heartbeat(node_pb2.HeartbeatRequest(node_id="cli-nocg", instance_id="x", telemetry=tele),
+                   metadata=meta, timeout=10)
+    out = cli("nodes").out
+    line = next(x for x in out.splitlines() if "cli-nocg" in x)
+    assert "memory not enforced" in line and "37.5%" in line and "4.2/16 GB/s (estimate)" in line
+    wide = next(x for x in cli("nodes", "--wide").out.splitlines() if "cli-nocg" in x)
+    assert "1.0G" in wide and "io 1.5/0.5" in wide and "none" in wide

@@ -14,7 +14,7 @@ from rich.text import Text
 from synergy.scheduler.cli.connection import Client
 from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import (
-    Result, enum_word, fmt_age, fmt_num, fmt_time, kv_table, state_text, table, to_plain,
+    Result, enum_word, fmt_age, fmt_bandwidth, fmt_bytes, fmt_num, fmt_time, kv_table, state_text, table, to_plain,
 )
 from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec, spec_document, wire_spec
 from synergy.scheduler.jobspec import parse_job_ref
@@ -288,6 +288,13 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     if job.exit_code:
         rows.append(("exit code", f"{job.exit_code}{EXIT_MEANING.get(job.exit_code, '')}"))
     parts: list[Any] = [kv_table(rows)]
+    if job.tasks:
+        parts += [Text(""), table("Tasks", ["RANK", "NODE", "STATE", "PID", "CPU", "RSS", "MEM BW"], [
+            (t.rank, t.node_id, t.state, t.pid or "-",
+             fmt_num(t.usage.cpu_cores) if t.HasField("usage") else "-",
+             fmt_bytes(t.usage.rss_bytes) if t.HasField("usage") else "-",
+             fmt_bandwidth(t.usage.mem_bandwidth if t.usage.HasField("mem_bandwidth") else None))
+            for t in job.tasks])]
     if job.placements:
         parts += [Text(""), table("Allocation", ["NODE", "GPUS", "CPUS", "MEM GB"],
                                   [(p.node_id, p.gpus, fmt_num(p.cpus), fmt_num(p.mem_gb))

@@ -40,7 +40,11 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         expires = 0.0
         if live is not None and live.ranks:
             expires = min(r.last_renewal for r in live.ranks.values()) + self.ctx.config.lease_grace
-        return convert.job_to_info(view, history, expires, full_spec)
+        info = convert.job_to_info(view, history, expires, full_spec)
+        if history:  # DescribeJob: the current attempt's tasks with their latest usage
+            tasks = sorted(self.ctx.live.tasks_of(job.id, job.attempt), key=lambda nt: nt[1].key.rank)
+            info.tasks.extend(convert.task_to_info(node_id, t) for node_id, t in tasks)
+        return info
 
     @rpc
     def SubmitJob(

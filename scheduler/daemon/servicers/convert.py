@@ -124,6 +124,8 @@ def node_from_register(m: node_pb2.RegisterNodeRequest) -> NodeRecord:
         gpus=tuple(MessageToDict(g, preserving_proto_field_name=True) for g in m.gpus),
         agent_version=m.agent_version,
         instance_id=m.instance_id,
+        cgroup_mode=m.cgroup_mode,
+        memory_enforced=m.memory_enforced,
     )
 
 
@@ -141,6 +143,8 @@ def task_from_msg(m: node_pb2.TaskStatus, node_id: str) -> ObservedTask | None:
         message=m.message[:1024],
         # A task runs on the node that reports it, whatever node id its placement names.
         placement=placement_from_msg(m.placement, node_id, force_node=True) if m.HasField("placement") else None,
+        oom_killed=m.oom_killed,
+        usage=MessageToDict(m.usage, preserving_proto_field_name=True) if m.HasField("usage") else {},
     )
 
 
@@ -165,9 +169,18 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
         registered_at_unix_s=n.registered_at,
         job_ids=list(v.job_ids),
         agent_version=n.agent_version,
+        cgroup_mode=n.cgroup_mode,
+        memory_enforced=n.memory_enforced,
     )
     if v.telemetry:
         info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))
+    return info
+
+
+def task_to_info(node_id: str, t: ObservedTask) -> admin_pb2.TaskInfo:
+    info = admin_pb2.TaskInfo(rank=t.key.rank, node_id=node_id, state=t.phase.value, pid=t.pid)
+    if t.usage:
+        info.usage.CopyFrom(ParseDict(t.usage, common_pb2.ResourceUsage()))
     return info
 
 
