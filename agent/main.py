@@ -16,12 +16,13 @@ import select
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 import grpc
 import psutil
 
-from synergy.agent import VERSION
+from synergy.agent import VERSION, logrelay
 from synergy.agent.cgroups import detect
 from synergy.agent.client import Backoff, NodeClient, statuses
 from synergy.agent.config import AgentConfig, ConfigError, from_args
@@ -110,6 +111,8 @@ class Agent:
         self.interval_s = DEFAULT_INTERVAL_S
         self.registered = False
         self.backoff = Backoff()
+        #: the daemon's LogRequests from the last heartbeat reply (`synergy logs`)
+        self.log_requests: list[node_pb2.LogRequest] = []
         psutil.cpu_percent(percpu=True)  # primes the counters: the first sample is then meaningful
 
     # -- messages -------------------------------------------------------------------------------
@@ -150,6 +153,10 @@ class Agent:
             ],
         )
 
+    def _log_path(self, ref: node_pb2.TaskRef) -> Path | None:
+        task = self.supervisor.tasks.get(TaskKey.of(ref))
+        return task.log_path if task is not None else None
+
     # -- one exchange ---------------------------------------------------------------------------
     def exchange(self) -> None:
         """Register (if needed) or heartbeat once, and apply the reply."""
@@ -177,7 +184,9 @@ class Agent:
             telemetry=self._telemetry(),
             tasks=statuses(self.supervisor.tasks.values(), self.cfg.node_id),
             instance_id=self.instance_id,
+            log_chunks=logrelay.answer(self.log_requests, self._log_path),
         )
+        self.log_requests = []
         try:
             reply = self.client.heartbeat(request)
         except grpc.RpcError as exc:
@@ -193,6 +202,7 @@ class Agent:
                 raise Fatal(f"synergyd at {self.cfg.daemon} refused the cluster token: {exc.details()}")
             raise
         self.interval_s = reply.heartbeat_interval_s or self.interval_s
+        self.log_requests = list(reply.log_requests)  # answered in the next heartbeat (agent/logrelay.py)
         self.apply(reply.instructions, reply.forget)
 
     def apply(self, instructions: Sequence[node_pb2.Instruction], forget: Sequence[node_pb2.TaskRef]) -> None:

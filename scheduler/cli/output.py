@@ -31,6 +31,8 @@ class Result:
 
 
 def emit(result: Result, as_json: bool) -> None:
+    if not as_json and isinstance(result.view, str) and not result.view:
+        return  # the command wrote its output itself (`logs -f` streams it)
     if as_json:
         json.dump(result.data, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")

@@ -21,6 +21,8 @@ from synergy.scheduler.daemon.metrics import Metrics
 from synergy.scheduler.daemon.profiles import ProfileBook
 from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.daemon.store import StateStore
+from synergy.scheduler.daemon.progress import ProgressBook
+from synergy.scheduler.daemon.tasklogs import TaskLogs
 
 
 def token_digest(token: str) -> str:
@@ -41,6 +43,10 @@ class DaemonContext:
     job_tokens: dict[str, int] = field(default_factory=dict)
     #: When this daemon process took over the state (what it launched before is unknown).
     started_at: float = 0.0
+    #: Task output relayed from heartbeats for `synergy logs` (live only).
+    task_logs: TaskLogs = field(default_factory=TaskLogs)
+    #: Per-job throughput baselines for the agents' contention eliminator (live only).
+    progress: ProgressBook = field(default_factory=ProgressBook)
 
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock.now()

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 from google.protobuf.message import Message
 
 from synergy.scheduler.daemon.errors import InvalidArgument
+from synergy.scheduler.daemon.tasklogs import LOG_CHUNK_BYTES, MAX_LOG_CHUNKS
 from synergy.scheduler.jobspec import JobSpec, SpecError, parse_job_ref, rules
 from synergy.scheduler.model import Placement, Resources
 from synergy.scheduler.profiles.format import ProfileError, SensitivityProfile
@@ -144,6 +145,18 @@ def measurements(msg: Message, field: str) -> None:
             raise InvalidArgument(path, f"must be 'resctrl' or 'estimate', got {_show(value)}")
     if msg.DESCRIPTOR.name == "MemoryBandwidth" and msg.gb_per_s and not msg.source:
         raise InvalidArgument(f"{field}.source", "must say where the figure comes from ('resctrl' or 'estimate')")
+
+
+def log_chunks(chunks: Sequence[Any]) -> None:
+    """Bounded: at most MAX_LOG_CHUNKS chunks of LOG_CHUNK_BYTES, plausible offsets and refs."""
+    count(chunks, "log_chunks", MAX_LOG_CHUNKS)
+    for i, c in enumerate(chunks):
+        if len(c.data) > LOG_CHUNK_BYTES:
+            raise InvalidArgument(f"log_chunks[{i}].data", f"is {len(c.data)} bytes, at most {LOG_CHUNK_BYTES} allowed")
+        text(c.error, f"log_chunks[{i}].error")
+        counter(c.offset, f"log_chunks[{i}].offset")
+        counter(c.ref.job_id, f"log_chunks[{i}].ref.job_id")
+        counter(c.ref.attempt, f"log_chunks[{i}].ref.attempt")
 
 
 def count(items: Iterable[object], field: str, limit: int) -> None:

@@ -8,6 +8,8 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.nodes import NodeView
+from synergy.scheduler.daemon.progress import TaskProgress
+from synergy.scheduler.daemon.tasklogs import LogChunk, LogRequest
 from synergy.scheduler.daemon.reconciler import Instruction, InstructionKind
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
 # The job spec's one wire translation lives with the spec (the CLI uses it too); re-exported
@@ -182,6 +184,18 @@ def task_to_info(node_id: str, t: ObservedTask) -> admin_pb2.TaskInfo:
     if t.usage:
         info.usage.CopyFrom(ParseDict(t.usage, common_pb2.ResourceUsage()))
     return info
+
+
+def log_chunk_from_msg(m: node_pb2.LogChunk) -> LogChunk:
+    return LogChunk(TaskKey(m.ref.job_id, m.ref.attempt, m.ref.rank), m.offset, bytes(m.data), m.eof, m.error)
+
+
+def log_request_to_msg(r: LogRequest) -> node_pb2.LogRequest:
+    return node_pb2.LogRequest(ref=task_ref(r.key), offset=r.offset, max_bytes=r.max_bytes, tail=r.tail)
+
+
+def progress_to_msg(p: TaskProgress) -> node_pb2.TaskProgress:
+    return node_pb2.TaskProgress(ref=task_ref(p.key), throughput=p.throughput, baseline_throughput=p.baseline)
 
 
 def task_ref(key: TaskKey) -> node_pb2.TaskRef:

@@ -72,11 +72,13 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         validation.text(request.instance_id, "instance_id", 128)
         validation.count(request.telemetry.gpus, "telemetry.gpus", validation.MAX_GPUS_PER_NODE)
         validation.measurements(request.telemetry, "telemetry")
+        validation.log_chunks(request.log_chunks)
         reply = self.nodes.heartbeat(
             request.node_id,
             convert.telemetry_from_msg(request.telemetry),
             self._tasks(list(request.tasks), request.node_id),
             request.instance_id,
+            [convert.log_chunk_from_msg(c) for c in request.log_chunks],
         )
         instructions, forget = self._reply(reply)
         return node_pb2.HeartbeatResponse(
@@ -85,4 +87,6 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
             forget=forget,
             state=convert.node_state_to_msg(reply.node.state),
             state_reason=reply.node.reason,
+            log_requests=[convert.log_request_to_msg(r) for r in reply.log_requests],
+            progress=[convert.progress_to_msg(p) for p in reply.progress],
         )
