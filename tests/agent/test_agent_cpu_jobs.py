@@ -20,7 +20,8 @@ QUICK = "print('cpu job done', flush=True)"
 
 
 def test_cpu_jobs_run_as_zero_gpu_tasks_in_their_cpuset_without_leases(tmp_path: Path) -> None:
-    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "600").start()
+    # A short launch timeout: a training job that never registers would be requeued after 2 s.
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "2").start()
     # 2 CPUs and one fake GPU that nothing uses.
     agent = AgentProcess(d, tmp_path / "work", "n0", "--cpus", "0-1", "--memory", "2G", fake_gpus=1)
     admin = d.admin()
@@ -45,8 +46,8 @@ def test_cpu_jobs_run_as_zero_gpu_tasks_in_their_cpuset_without_leases(tmp_path:
         assert len(cpus_allowed(pid).split(",")) == 1 and "-" not in cpus_allowed(pid)
         # Still running several rounds later: a CPU-only job needs no lease renewal.
         rounds = admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest()).round_index
-        wait_for(lambda: admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest()).round_index >= rounds + 4,
-                 timeout=60, what="four more rounds")
+        wait_for(lambda: admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest()).round_index >= rounds + 10,
+                 timeout=60, what="ten more rounds (5 s, past the launch timeout)")
         assert admin.state(cpu_long) == "running" and admin.describe(cpu_long).attempt == 1
         admin.CancelJob(admin_pb2.CancelJobRequest(job=str(cpu_long)))
         wait_for(lambda: admin.state(cpu_long) == "cancelled", timeout=60, what="the cpu job to be cancelled")

@@ -118,3 +118,28 @@ def test_telemetry_reaches_nodes_describe_and_metrics(daemon: DaemonProcess) -> 
     assert admin.describe(job).state_reason.startswith(
         "rank 0 on node tele was killed by its memory limit (OOM)"), admin.describe(job).state_reason
     admin.close()
+
+
+def test_heartbeat_replies_carry_throughput_and_baseline(daemon: DaemonProcess) -> None:
+    """TaskProgress for the eliminator: the job's throughput from its renewals, and its best
+    under the current allocation as baseline (a slowdown keeps the baseline)."""
+    from synergy.v1 import job_pb2, job_pb2_grpc
+
+    n = Node(daemon, "prog")
+    admin = daemon.admin()
+    job = admin.submit("prog-train", gpus=0, kind="cpu", cpus_hint=1, mem_gb_hint=1, command=("sleep", "9")).id
+    ins = _launched(n, job)
+    running = node_pb2.TaskStatus(ref=ins.ref, state=node_pb2.TASK_STATE_RUNNING, placement=ins.placement)
+    assert not n.beat(tasks=[running]).progress  # nothing reported yet: no entry
+    jobs = job_pb2_grpc.JobServiceStub(channel(daemon.address))
+    jmd = md(ins.task.job_token)
+    ref = ins.ref
+    jobs.RegisterJobProcess(job_pb2.RegisterJobProcessRequest(
+        job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank, world_size=1, node_id="prog", pid=1),
+        metadata=jmd, timeout=10)
+    for rate, base in ((100.0, 100.0), (250.0, 250.0), (120.0, 250.0)):
+        jobs.RenewLease(job_pb2.RenewLeaseRequest(job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank, step=10,
+                                                  samples_per_s=rate), metadata=jmd, timeout=10)
+        (p,) = n.beat(tasks=[running]).progress
+        assert (p.ref.job_id, p.throughput, p.baseline_throughput) == (job, rate, base)
+    admin.close()
