@@ -42,7 +42,7 @@ class ObservedTask:
     #: Exited because the kernel killed it at its memory limit (reported as a kind, not text).
     oom_killed: bool = False
     #: Latest usage sample (ResourceUsage in dict form; empty = none yet). Live only.
-    usage: Mapping[str, Any] = field(default_factory=dict)
+    usage: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass

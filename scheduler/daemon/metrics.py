@@ -48,7 +48,7 @@ class Metrics:
             "Task exits reported by a node the task was not placed on (ignored).",
             registry=r,
         )
-        # Per node, from the agents' heartbeats (live; a lost node's series are removed).
+        # Per node, from the agents' latest heartbeat (a lost node keeps its last values).
         self.node_cpu_cores = Gauge("synergyd_node_cpu_cores", "CPU cores in use on the node.", ["node"], registry=r)
         self.node_rss_bytes = Gauge("synergyd_node_rss_bytes", "Resident memory in use on the node.", ["node"],
                                     registry=r)
