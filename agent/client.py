@@ -72,6 +72,7 @@ def task_status(task: Task, node_id: str) -> node_pb2.TaskStatus:
         placement=common_pb2.Placement(
             node_id=node_id, gpus=task.share.gpus, cpus=task.share.cpus, mem_gb=task.share.mem_gb
         ),
+        oom_killed=task.oom_killed,
     )
 
 

@@ -15,12 +15,13 @@ import select
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 import grpc
 import psutil
 
-from synergy.agent import VERSION
+from synergy.agent import VERSION, logrelay
 from synergy.agent.bandwidth import Calibration, Resctrl, calibrate
 from synergy.agent.cgroups import detect
 from synergy.agent.contention import Policy
@@ -132,6 +133,8 @@ class Agent:
         self.interval_s = DEFAULT_INTERVAL_S
         self.registered = False
         self.backoff = Backoff()
+        #: the daemon's LogRequests from the last heartbeat reply (`synergy logs`)
+        self.log_requests: list[node_pb2.LogRequest] = []
         psutil.cpu_percent(percpu=True)  # primes the counters: the first sample is then meaningful
 
     def _calibrate(self) -> Calibration | None:
@@ -165,6 +168,8 @@ class Agent:
             tasks=statuses(self.supervisor.tasks.values(), cfg.node_id),
             agent_version=VERSION,
             instance_id=self.instance_id,
+            cgroup_mode=self.cgroups.kind,
+            memory_enforced=self.cgroups.enforces_memory,
         )
 
     def _telemetry(self) -> common_pb2.NodeTelemetry:
@@ -190,6 +195,10 @@ class Agent:
                 for s in self.gpus.sample()
             ],
         )
+
+    def _log_path(self, ref: node_pb2.TaskRef) -> Path | None:
+        task = self.supervisor.tasks.get(TaskKey.of(ref))
+        return task.log_path if task is not None else None
 
     # -- one exchange ---------------------------------------------------------------------------
     def exchange(self) -> None:
@@ -218,7 +227,9 @@ class Agent:
             telemetry=self._telemetry(),
             tasks=statuses(self.supervisor.tasks.values(), self.cfg.node_id),
             instance_id=self.instance_id,
+            log_chunks=logrelay.answer(self.log_requests, self._log_path),
         )
+        self.log_requests = []
         try:
             reply = self.client.heartbeat(request)
         except grpc.RpcError as exc:
@@ -234,6 +245,7 @@ class Agent:
                 raise Fatal(f"synergyd at {self.cfg.daemon} refused the cluster token: {exc.details()}")
             raise
         self.interval_s = reply.heartbeat_interval_s or self.interval_s
+        self.log_requests = list(reply.log_requests)  # answered in the next heartbeat (agent/logrelay.py)
         self.apply(reply.instructions, reply.forget)
 
     def apply(self, instructions: Sequence[node_pb2.Instruction], forget: Sequence[node_pb2.TaskRef]) -> None:

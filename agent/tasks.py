@@ -102,6 +102,8 @@ class Task:
     #: monotonic time at which a stopping task gets SIGKILL.
     kill_at: float | None = None
     stop_reason: str = ""
+    #: exited because the kernel killed it at its memory limit (TaskStatus.oom_killed).
+    oom_killed: bool = False
     #: the cgroup still has to be removed (it was busy when the task exited).
     cgroup_pending: bool = False
     started_at: float = field(default_factory=time.time)
@@ -521,6 +523,7 @@ class Supervisor:
             self._signal(task, signal.SIGKILL)  # what is left of its process group goes with it
         oom = self.cgroups.oom_kills(task.cgroup)
         task.phase, task.exit_code, task.kill_at = Phase.EXITED, code, None
+        task.oom_killed = bool(oom)
         if task.lost:
             task.message = f"lost: {task.lost}; the job's processes were killed"
         elif oom:

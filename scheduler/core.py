@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from synergy.scheduler.mechanisms.base import Mechanism
+from synergy.scheduler.mechanisms.cpu_only import place_cpu_only
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.policies.base import Policy
@@ -26,7 +27,8 @@ class Scheduler:
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans, CODA CPU arrays) and job kinds get their own
-        # passes here; this release schedules fixed-size training jobs on training servers.
+        # passes here; this release schedules fixed-size training jobs on GPU servers, then
+        # CPU-only jobs on what the training allocations leave free.
         verdicts = {s.id: run_filters(self.filters, s, inp) for s in inp.cluster.servers}
         jobs = [j for j in inp.jobs if j.kind == JobKind.TRAINING]
         kept = _kept_in_place(jobs, inp.previous, verdicts)
@@ -36,7 +38,25 @@ class Scheduler:
             ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
             out = self.mechanism.allocate(ordered, replace(inp, cluster=cluster, jobs=ordered))
         allocations = {**out.allocations, **kept}
-        return RoundOutput(allocations, _waiting(inp.jobs, allocations, out.waiting, verdicts, cluster), out.reverted)
+        cpu_allocs, cpu_waiting = _cpu_only_pass(inp, verdicts, allocations)
+        waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)
+        return RoundOutput({**allocations, **cpu_allocs}, waiting, out.reverted)
+
+
+def _cpu_only_pass(
+    inp: RoundInput, verdicts: Mapping[str, Verdict], training: Mapping[int, Allocation]
+) -> tuple[dict[int, Allocation], dict[int, str]]:
+    """CPU-only jobs, in arrival order, on what `training` leaves free (never changing it).
+
+    Arrival order rather than the policy's: the policies rank by GPU-time quantities
+    (attained GPU-seconds, per-GPU shares) that a zero-GPU job does not have.
+    """
+    jobs = sorted((j for j in inp.jobs if j.kind == JobKind.CPU_ONLY), key=lambda j: (j.arrival_s, j.id))
+    if not jobs:
+        return {}, {}
+    open_ids = [s for s, v in verdicts.items() if v.admit == Admit.ANY]
+    held_ids = [s for s, v in verdicts.items() if v.admit == Admit.HELD]
+    return place_cpu_only(jobs, inp.cluster, training, inp.previous, open_ids, held_ids)
 
 
 def _kept_in_place(
@@ -63,7 +83,7 @@ def _open_cluster(cluster: Cluster, verdicts: Mapping[str, Verdict], kept: Mappi
             held[p.server_id] = held.get(p.server_id, Resources()) + p.resources
     servers = []
     for s in cluster.servers:
-        if verdicts[s.id].admit != Admit.ANY:
+        if verdicts[s.id].admit != Admit.ANY or s.capacity.gpus <= 0:  # 0-GPU: CPU-only jobs' alone
             continue
         if s.id in held:
             left = s.capacity - held[s.id]
@@ -90,7 +110,9 @@ def _waiting(
     for j in jobs:
         if j.id in allocations:
             continue
-        if j.kind != JobKind.TRAINING:
+        if j.kind == JobKind.CPU_ONLY:
+            waiting[j.id] = decided.get(j.id, "not chosen this round")
+        elif j.kind != JobKind.TRAINING:
             waiting[j.id] = f"job kind {j.kind.value!r} is not scheduled by this release"
         elif not cluster.servers:
             waiting[j.id] = f"no schedulable node: {note or 'none registered'}"

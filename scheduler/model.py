@@ -126,8 +126,9 @@ class Cluster:
 class JobKind(str, enum.Enum):
     """Seam for job kinds beyond fixed-size data-parallel training.
 
-    ELASTIC (Lyra: a min/max worker range) and CPU_ONLY (CODA) are recognised by the data
-    model but not yet scheduled by any mechanism of this release.
+    ELASTIC (Lyra: a min/max worker range) is recognised by the data model but not yet
+    scheduled. CPU_ONLY (CODA) jobs take no GPU: `mechanisms/cpu_only.py` places them on the
+    CPUs and memory that the round's training allocations leave free.
     """
 
     TRAINING = "training"
@@ -155,6 +156,10 @@ class Job:
     #: Elastic range (Lyra); None for fixed-size jobs.
     min_gpus: int | None = None
     max_gpus: int | None = None
+    #: CPU_ONLY jobs: the CPUs and GB of host memory they ask for (training jobs: unused,
+    #: their profile decides).
+    cpus: float = 0.0
+    mem_gb: float = 0.0
 
     @property
     def remaining_iterations(self) -> float:

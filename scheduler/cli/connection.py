@@ -99,9 +99,11 @@ class Client:
         self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {target.token}"),) if target.token else ()
 
-    def call(self, method: str, request: Any) -> Any:
+    def call(self, method: str, request: Any, deadline: bool = True) -> Any:
+        """`deadline=False` for a stream that lasts as long as the user wants (`logs -f`)."""
         try:
-            return getattr(self._stub, method)(request, timeout=self.timeout_s, metadata=self._metadata)
+            timeout = self.timeout_s if deadline else None
+            return getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             error = from_rpc_error(err, self.target.address, self.timeout_s)
             if transport_failure(err):

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from synergy.scheduler.cli.commands import admin, cluster, jobs, nodes
+from synergy.scheduler.cli.commands import admin, cluster, jobs, logs, nodes
 from synergy.scheduler.cli.connection import DEFAULT_TIMEOUT_S, Client, resolve_target
 from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import emit
@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     jobs.register(sub)
+    logs.register(sub)
     nodes.register(sub)
     cluster.register(sub)
     admin.register(sub)

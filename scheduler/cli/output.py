@@ -31,6 +31,8 @@ class Result:
 
 
 def emit(result: Result, as_json: bool) -> None:
+    if not as_json and isinstance(result.view, str) and not result.view:
+        return  # the command wrote its output itself (`logs -f` streams it)
     if as_json:
         json.dump(result.data, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
@@ -176,3 +178,34 @@ def fmt_age(unix_s: float, now_s: float | None = None) -> str:
         if secs >= size:
             return f"{int(secs // size)}{unit}"
     return f"{int(secs)}s"
+
+
+# -- telemetry (ResourceUsage, MemoryBandwidth: common.proto) -------------------------------------
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{int(n)}B"
+
+
+def fmt_bandwidth(bw: Any, peak: Any = None) -> str:
+    """'3.1 GB/s (estimate)', or '3.1/12 GB/s (estimate)' with the peak: the source always shows."""
+    if bw is None or not bw.source:
+        return "-"
+    if peak is not None and peak.source:
+        return f"{bw.gb_per_s:.1f}/{peak.gb_per_s:.0f} GB/s ({bw.source})"
+    return f"{bw.gb_per_s:.1f} GB/s ({bw.source})"
+
+
+def fmt_pressure(usage: Any) -> str:
+    """'cpu 3/0 mem 0/0 io 1/0' (some/full avg10 %) for the resources the kernel reports."""
+    parts = [f"{name} {fmt_num(p.some_avg10)}/{fmt_num(p.full_avg10)}"
+             for name, field in (("cpu", "cpu_pressure"), ("mem", "memory_pressure"), ("io", "io_pressure"))
+             if usage.HasField(field) for p in [getattr(usage, field)]]
+    return " ".join(parts) or "-"
+
+
+def fmt_usage(usage: Any) -> str:
+    """One line for a task's or node's usage: CPU, RSS, memory bandwidth with its source."""
+    bw = usage.mem_bandwidth if usage.HasField("mem_bandwidth") else None
+    return f"{fmt_num(usage.cpu_cores)} CPU, {fmt_bytes(usage.rss_bytes)} RSS, mem bw {fmt_bandwidth(bw)}"

@@ -20,6 +20,7 @@ from typing import Any, Mapping, NoReturn
 import yaml
 
 from synergy.scheduler.jobspec import JobSpec, SpecError, rules
+from synergy.scheduler.jobspec.spec import KIND_CPU
 from synergy.scheduler.jobspec.proto import spec_to_msg
 from synergy.scheduler.profiles.format import ProfileError, load_profiles
 
@@ -28,7 +29,7 @@ __all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_sp
 
 FIELDS = (
     "name", "command", "working_dir", "env", "gpus", "cpus", "memory_gb",
-    "model", "task", "profile", "iterations", "checkpoint_dir", "priority", "elastic",
+    "model", "task", "profile", "iterations", "checkpoint_dir", "priority", "elastic", "kind",
 )
 ELASTIC_FIELDS = ("min_gpus", "max_gpus")
 #: YAML field -> the JobSpec (and proto) field it fills, where the names differ.
@@ -121,7 +122,9 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
     f.reject_unknown(FIELDS)
     name = f.string("name", required=True)
     command = f.command("command")
-    gpus = f.integer("gpus", required=True)
+    kind = f.string("kind")
+    # A CPU-only job takes no GPU: `gpus` may be left out (it must be 0 when given).
+    gpus = f.integer("gpus", required=kind != KIND_CPU)
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     working_dir = f.path("working_dir", base=base) or str(base.absolute())
     checkpoint_dir = f.path("checkpoint_dir", base=Path(working_dir))
@@ -134,7 +137,7 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
         model=model, task=f.string("task"),
         checkpoint_dir=checkpoint_dir, priority=f.integer("priority") or 0,
         iterations=f.integer("iterations") or 0, min_gpus=elastic[0], max_gpus=elastic[1],
-        profile=f.profile("profile", model, base=file_dir or base),
+        profile=f.profile("profile", model, base=file_dir or base), kind=kind,
     )
     try:
         rules.validate(spec)
@@ -161,6 +164,7 @@ def spec_document(spec: JobSpec) -> dict[str, Any]:
         "profile": None if spec.profile is None else dict(spec.profile),
         "iterations": spec.iterations, "checkpoint_dir": spec.checkpoint_dir, "priority": spec.priority,
         "elastic": {"min_gpus": spec.min_gpus, "max_gpus": spec.max_gpus} if spec.elastic else None,
+        "kind": spec.kind or None,
     }
 
 

@@ -22,6 +22,8 @@ from synergy.scheduler.daemon.metrics import Metrics
 from synergy.scheduler.daemon.profiles import ProfileBook
 from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.daemon.store import StateStore
+from synergy.scheduler.daemon.progress import ProgressBook
+from synergy.scheduler.daemon.tasklogs import TaskLogs
 
 
 def token_digest(token: str) -> str:
@@ -44,6 +46,10 @@ class DaemonContext:
     started_at: float = 0.0
     #: Where rounds are decided (synergyd: a worker process for large rounds; see decider.py).
     decider: Decider = field(default_factory=InlineDecider)
+    #: Task output relayed from heartbeats for `synergy logs` (live only).
+    task_logs: TaskLogs = field(default_factory=TaskLogs)
+    #: Per-job throughput baselines for the agents' contention eliminator (live only).
+    progress: ProgressBook = field(default_factory=ProgressBook)
 
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock.now()

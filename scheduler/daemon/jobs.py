@@ -184,7 +184,9 @@ class JobBook:
             return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation")
         return replace(job, next_placements=())
 
-    def task_exited(self, job: JobRecord, rank: int, code: int, node_id: str, message: str) -> JobRecord | None:
+    def task_exited(
+        self, job: JobRecord, rank: int, code: int, node_id: str, message: str, oom_killed: bool = False
+    ) -> JobRecord | None:
         """The job after one of its current attempt's processes exited (None: nothing changes)."""
         if job.state != JobState.RUNNING:
             return None
@@ -204,8 +206,10 @@ class JobBook:
                 return None
             return self.with_progress(job).to(JobState.SUCCEEDED, "every process exited 0", now, exit_code=0)
         detail = f": {message}" if message else ""
+        # The agent says OOM as a flag: the reason never depends on the wording of its message.
+        how = "was killed by its memory limit (OOM)" if oom_killed else f"exited with code {code}"
         return self.with_progress(job).to(
-            JobState.FAILED, f"rank {rank} on node {node_id} exited with code {code}{detail}", now, exit_code=code
+            JobState.FAILED, f"rank {rank} on node {node_id} {how}{detail}", now, exit_code=code
         )
 
     def _placeable(self, node_id: str) -> bool:

@@ -205,7 +205,9 @@ class LeaseBook:
                         if r is not None and now - r.last_renewal > cfg.lease_grace:
                             reason = f"lost: rank {rank} has not renewed its lease for {now - r.last_renewal:.1f} s"
                             break
-                        if r is None and now - live.since > cfg.launch_timeout:
+                        # A CPU-only job is a plain command (no iterator, no lease): its agent's
+                        # task reports and node liveness are what track it.
+                        if r is None and not job.spec.cpu_only and now - live.since > cfg.launch_timeout:
                             reason = f"lost: rank {rank} did not register within {cfg.launch_timeout:g} s of its launch"
                             break
                 if reason:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from synergy.scheduler.model import Placement
 
@@ -39,6 +39,10 @@ class ObservedTask:
     gpu_indices: tuple[int, ...] = ()
     message: str = ""
     placement: Placement | None = None
+    #: Exited because the kernel killed it at its memory limit (reported as a kind, not text).
+    oom_killed: bool = False
+    #: Latest usage sample (ResourceUsage in dict form; empty = none yet). Live only.
+    usage: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass

@@ -51,6 +51,17 @@ class Metrics:
             "Task exits reported by a node the task was not placed on (ignored).",
             registry=r,
         )
+        # Per node, from the agents' latest heartbeat (a lost node keeps its last values).
+        self.node_cpu_cores = Gauge("synergyd_node_cpu_cores", "CPU cores in use on the node.", ["node"], registry=r)
+        self.node_rss_bytes = Gauge("synergyd_node_rss_bytes", "Resident memory in use on the node.", ["node"],
+                                    registry=r)
+        self.node_mem_bandwidth = Gauge(
+            "synergyd_node_mem_bandwidth_gbps", "Memory bandwidth in use on the node, GB/s, by source.",
+            ["node", "source"], registry=r)
+        self.node_mem_bandwidth_peak = Gauge(
+            "synergyd_node_mem_bandwidth_peak_gbps", "Calibrated peak memory bandwidth of the node, GB/s, by source.",
+            ["node", "source"], registry=r)
+        self.node_tasks = Gauge("synergyd_node_tasks", "Tasks the node's agent reports.", ["node"], registry=r)
         self.transitions = Counter(
             "synergyd_job_transitions", "Job lifecycle transitions, by target state.", ["to"], registry=r
         )

@@ -7,14 +7,16 @@ daemon and the agent; liveness is observed (a node is lost when it misses heartb
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import AlreadyExists, FailedPrecondition, NotFound
 from synergy.scheduler.daemon.jobs import JobBook
-from synergy.scheduler.daemon.live import NodeLive, ObservedTask, TaskKey
+from synergy.scheduler.daemon.live import NodeLive, ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.logs import event
+from synergy.scheduler.daemon.progress import TaskProgress
+from synergy.scheduler.daemon.tasklogs import LogChunk, LogRequest
 from synergy.scheduler.daemon.reconciler import Instruction, Reconciler
 from synergy.scheduler.daemon.records import AdminState, JobRecord, JobState, NodeRecord
 from synergy.scheduler.model import Resources
@@ -38,6 +40,9 @@ class NodeReply:
     node: NodeView
     instructions: list[Instruction]
     forget: list[TaskKey]
+    #: Log bytes wanted from the node (`synergy logs`), and its tasks' throughput vs baseline.
+    log_requests: list[LogRequest] = field(default_factory=list)
+    progress: list[TaskProgress] = field(default_factory=list)
 
 
 class NodeBook:
@@ -107,7 +112,12 @@ class NodeBook:
         event(ctx.log, "node.taken_over", node=old.id, hostname=incoming.hostname)
 
     def heartbeat(
-        self, node_id: str, telemetry: Mapping[str, Any], tasks: Sequence[ObservedTask], instance_id: str = ""
+        self,
+        node_id: str,
+        telemetry: Mapping[str, Any],
+        tasks: Sequence[ObservedTask],
+        instance_id: str = "",
+        log_chunks: Sequence[LogChunk] = (),
     ) -> NodeReply:
         ctx = self.ctx
         with ctx.lock:
@@ -127,8 +137,27 @@ class NodeBook:
             live.last_heartbeat, live.lost = now, False
             live.telemetry = dict(telemetry)
             live.tasks = {t.key: t for t in tasks}
+            self._gauges(node_id, live.telemetry, len(tasks))
             instructions, forget = self.reconciler.reconcile(node_id)
-            return NodeReply(self.view(node), instructions, forget)
+            logs = ctx.task_logs
+            logs.receive(node_id, list(log_chunks))
+            forget = [k for k in forget if not logs.holds_back(k, now)]
+            exited = frozenset(t.key for t in tasks if t.phase == TaskPhase.EXITED)
+            jobs = {t.key.job_id: ctx.store.job(t.key.job_id) for t in tasks}
+            progress = ctx.progress.for_node(list(tasks), jobs, ctx.live.jobs)
+            return NodeReply(self.view(node), instructions, forget, logs.requests(node_id, now, exited), progress)
+
+    def _gauges(self, node_id: str, telemetry: Mapping[str, Any], tasks: int) -> None:
+        """The node's /metrics gauges from its latest telemetry (absent figures are not set)."""
+        m = self.ctx.metrics
+        usage = telemetry.get("usage", {})
+        m.node_tasks.labels(node_id).set(tasks)
+        m.node_cpu_cores.labels(node_id).set(float(usage.get("cpu_cores", 0.0)))
+        m.node_rss_bytes.labels(node_id).set(float(usage.get("rss_bytes", 0)))
+        for gauge, bw in ((m.node_mem_bandwidth, usage.get("mem_bandwidth")),
+                          (m.node_mem_bandwidth_peak, telemetry.get("peak_mem_bandwidth"))):
+            if bw:
+                gauge.labels(node_id, bw.get("source", "")).set(float(bw.get("gb_per_s", 0.0)))
 
     # -- admin calls ----------------------------------------------------------------------------
     def get(self, node_id: str) -> NodeRecord:

@@ -101,6 +101,9 @@ def proportional_profile(job: JobRecord, cluster: Cluster) -> SensitivityProfile
 def _knee(job: JobRecord, cluster: Cluster) -> tuple[float, float, str, str]:
     """(CPUs per GPU, GB per GPU, model, task) of the proportional profile for `job`."""
     share = cluster.proportional_share(1)
-    c = job.spec.cpus_hint / job.spec.gpus if job.spec.cpus_hint > 0 else share.cpus
-    m = job.spec.mem_gb_hint / job.spec.gpus if job.spec.mem_gb_hint > 0 else share.mem_gb
+    # A CPU-only job (0 GPUs) has a profile only because every core Job carries one; the
+    # core never reads it, so any valid stand-in does: its request counts as one GPU's.
+    gpus = max(job.spec.gpus, 1)
+    c = job.spec.cpus_hint / gpus if job.spec.cpus_hint > 0 else share.cpus
+    m = job.spec.mem_gb_hint / gpus if job.spec.mem_gb_hint > 0 else share.mem_gb
     return max(c, 0.01), max(m, 0.01), job.spec.model or "unprofiled", job.spec.task or "image"

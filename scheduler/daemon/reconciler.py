@@ -160,7 +160,7 @@ class Reconciler:
                 foreign.add(t.key)
                 self._foreign_report(node_id, current, t)
                 continue
-            new = self.jobs.task_exited(current, t.key.rank, t.exit_code, node_id, t.message)
+            new = self.jobs.task_exited(current, t.key.rank, t.exit_code, node_id, t.message, t.oom_killed)
             if new is not None and new != current:
                 changes[first.id] = (first, new)
                 event(
@@ -171,6 +171,7 @@ class Reconciler:
                     attempt=t.key.attempt,
                     rank=t.key.rank,
                     exit_code=t.exit_code,
+                    oom_killed=t.oom_killed,
                     job_state=new.state.value,
                 )
         if changes:

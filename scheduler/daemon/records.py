@@ -138,6 +138,14 @@ class NodeRecord:
     #: The agent process that registered the node ("" = a legacy agent): another instance
     #: is refused while this one is alive. Persisted, so a daemon restart keeps it.
     instance_id: str = ""
+    #: The agent's cgroup mode ("v1", "v2", "none"; "" = not reported by an old agent) and
+    #: whether it enforces memory limits ("memory not enforced" in `synergy nodes`).
+    cgroup_mode: str = ""
+    memory_enforced: bool = False
+
+    @property
+    def memory_unenforced(self) -> bool:
+        return bool(self.cgroup_mode) and not self.memory_enforced
 
     @property
     def allocatable(self) -> Resources:

@@ -25,7 +25,7 @@ from synergy.scheduler.daemon.jobs import JobBook, fmt_placements, same_share
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.records import JobRecord, JobState
-from synergy.scheduler.model import Allocation, Cluster, Job, Placement, RoundInput, Server
+from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, RoundInput, Server
 from synergy.scheduler.registry import UnknownNameError, build_scheduler
 
 #: Training length assumed for a job that did not say (orders it last under SRTF / FTF).
@@ -185,6 +185,10 @@ class RoundLoop:
             profile=self.ctx.profiles.profile(job, cluster),
             done_iterations=float(steps),
             attained_gpu_s=attained,
+            kind=JobKind.CPU_ONLY if job.spec.cpu_only else JobKind.TRAINING,
+            # A CPU-only job's request; a training job's hints stay with its profile.
+            cpus=job.spec.cpus_hint if job.spec.cpu_only else 0.0,
+            mem_gb=job.spec.mem_gb_hint if job.spec.cpu_only else 0.0,
         )
 
 

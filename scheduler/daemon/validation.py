@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable
+from typing import Any, Iterable, Sequence
+
+from google.protobuf.message import Message
 
 from synergy.scheduler.daemon.errors import InvalidArgument
+from synergy.scheduler.daemon.tasklogs import LOG_CHUNK_BYTES, MAX_LOG_CHUNKS
 from synergy.scheduler.jobspec import JobSpec, SpecError, parse_job_ref, rules
 from synergy.scheduler.model import Placement, Resources
 from synergy.scheduler.profiles.format import ProfileError, SensitivityProfile
@@ -105,6 +108,55 @@ def node_resources(capacity: Resources, reserved: Resources) -> None:
     for name in ("gpus", "cpus", "mem_gb"):
         if getattr(reserved, name) > getattr(capacity, name):
             raise InvalidArgument(f"reserved.{name}", "is larger than the node's capacity")
+
+
+#: cgroup modes an agent may report ("" = an agent that does not say).
+CGROUP_MODES = ("", "v1", "v2", "none")
+#: Where a memory-bandwidth figure comes from.
+BANDWIDTH_SOURCES = ("resctrl", "estimate")
+
+
+def cgroup_mode(value: str, field: str = "cgroup_mode") -> str:
+    if value not in CGROUP_MODES:
+        raise InvalidArgument(field, f"must be 'v1', 'v2' or 'none', got {_show(value)}")
+    return value
+
+
+def measurements(msg: Message, field: str) -> None:
+    """Every number in a telemetry message (NodeTelemetry, ResourceUsage, nested) finite and
+    >= 0, percentages <= 100, counts <= 2^53, a bandwidth figure with a known source.
+
+    Walks the message's set fields, so fields added later are checked by the same rules.
+    """
+    for fd, value in msg.ListFields():
+        path = f"{field}.{fd.name}"
+        if fd.message_type is not None:
+            items = value if fd.label == fd.LABEL_REPEATED else [value]
+            for i, item in enumerate(items):
+                measurements(item, f"{path}[{i}]" if fd.label == fd.LABEL_REPEATED else path)
+        elif fd.type in (fd.TYPE_DOUBLE, fd.TYPE_FLOAT):
+            _non_negative(value, path)
+            if (fd.name.endswith("_pct") or fd.name.endswith("avg10")) and value > 100:
+                raise InvalidArgument(path, f"is a percentage, at most 100, got {value}")
+        elif fd.type in (fd.TYPE_UINT64, fd.TYPE_UINT32, fd.TYPE_INT64, fd.TYPE_INT32):
+            if value < 0 or value > MAX_COUNTER:
+                raise InvalidArgument(path, f"{value} is out of range (0 to 2^53)")
+        elif fd.name == "source" and value not in BANDWIDTH_SOURCES:
+            raise InvalidArgument(path, f"must be 'resctrl' or 'estimate', got {_show(value)}")
+    if msg.DESCRIPTOR.name == "MemoryBandwidth" and msg.gb_per_s and not msg.source:
+        raise InvalidArgument(f"{field}.source", "must say where the figure comes from ('resctrl' or 'estimate')")
+
+
+def log_chunks(chunks: Sequence[Any]) -> None:
+    """Bounded: at most MAX_LOG_CHUNKS chunks of LOG_CHUNK_BYTES, plausible offsets and refs."""
+    count(chunks, "log_chunks", MAX_LOG_CHUNKS)
+    for i, c in enumerate(chunks):
+        if len(c.data) > LOG_CHUNK_BYTES:
+            raise InvalidArgument(f"log_chunks[{i}].data", f"is {len(c.data)} bytes, at most {LOG_CHUNK_BYTES} allowed")
+        text(c.error, f"log_chunks[{i}].error")
+        counter(c.offset, f"log_chunks[{i}].offset")
+        counter(c.ref.job_id, f"log_chunks[{i}].ref.job_id")
+        counter(c.ref.attempt, f"log_chunks[{i}].ref.attempt")
 
 
 def count(items: Iterable[object], field: str, limit: int) -> None:

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Iterable
 
-from synergy.scheduler.jobspec.spec import JobSpec, SpecError
+from synergy.scheduler.jobspec.spec import KIND_CPU, KIND_TRAINING, KINDS, JobSpec, SpecError
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
 
 #: Names appear in tables, logs and metric labels: short and shell-safe. They start with a
@@ -58,7 +58,11 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
     job_name(spec.name, p + "name")
     _command(spec.command, p + "command")
     top = INT32_MAX if max_job_gpus is None else max_job_gpus
-    if spec.gpus < 1:
+    if spec.kind not in KINDS:
+        raise SpecError(p + "kind", f"must be {KIND_TRAINING!r} or {KIND_CPU!r}, got {_show(spec.kind)}")
+    if spec.cpu_only:
+        _cpu_request(spec, p)
+    elif spec.gpus < 1:
         raise SpecError(p + "gpus", f"must be at least 1, got {spec.gpus}")
     if spec.gpus > top:
         where = "this cluster's maximum job size" if max_job_gpus is not None else "the largest allowed"
@@ -159,6 +163,18 @@ def _command(argv: tuple[str, ...], field: str) -> None:
         if len(arg) > MAX_ARG_CHARS:
             raise SpecError(where, f"is {len(arg)} characters long, at most {MAX_ARG_CHARS} allowed")
         no_nul(arg, where)
+
+
+def _cpu_request(spec: JobSpec, p: str) -> None:
+    """A CPU-only job takes no GPU and must say what CPUs and memory it needs."""
+    if spec.gpus != 0:
+        raise SpecError(p + "gpus", f"must be 0 for a job of kind {KIND_CPU!r}, got {spec.gpus}")
+    for name in ("cpus_hint", "mem_gb_hint"):
+        value = getattr(spec, name)
+        if not (math.isfinite(value) and value > 0):
+            raise SpecError(p + name, f"must be given (> 0) for a job of kind {KIND_CPU!r}: it is the job's request")
+    if spec.elastic:
+        raise SpecError(p + "min_gpus", f"must be unset for a job of kind {KIND_CPU!r}")
 
 
 def _elastic(spec: JobSpec, p: str) -> None:

@@ -5,6 +5,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 
+#: Job kinds a spec may name ("" = training).
+KIND_TRAINING = "training"
+KIND_CPU = "cpu"
+KINDS = ("", KIND_TRAINING, KIND_CPU)
+
+
 class SpecError(ValueError):
     """A spec field breaks a rule.
 
@@ -52,6 +58,13 @@ class JobSpec:
     max_gpus: int = 0
     #: A profile measured beforehand, in the JSON profile format's per-model form.
     profile: Mapping[str, Any] | None = None
+    #: "" or "training" (GPU training) or "cpu" (CPU-only: gpus 0, cpus_hint and mem_gb_hint
+    #: are then its request, not hints).
+    kind: str = ""
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.kind == KIND_CPU
 
     @property
     def env_dict(self) -> dict[str, str]:

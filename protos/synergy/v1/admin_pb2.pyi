@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile", "kind")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class JobSpec(_message.Message):
     MIN_GPUS_FIELD_NUMBER: _ClassVar[int]
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -46,7 +47,8 @@ class JobSpec(_message.Message):
     min_gpus: int
     max_gpus: int
     profile: _common_pb2.SensitivityProfile
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ...) -> None: ...
+    kind: str
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class JobTransition(_message.Message):
     __slots__ = ("from_state", "to_state", "reason", "at_unix_s")
@@ -61,7 +63,7 @@ class JobTransition(_message.Message):
     def __init__(self, from_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., at_unix_s: _Optional[float] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("id", "name", "spec", "state", "state_reason", "waiting_reason", "history", "submitted_at_unix_s", "started_at_unix_s", "finished_at_unix_s", "placements", "attempt", "steps_done", "samples_per_s", "attained_gpu_s", "preemptions", "last_checkpoint_path", "last_checkpoint_step", "exit_code", "profile_source", "lease_expires_at_unix_s", "stop_at_step")
+    __slots__ = ("id", "name", "spec", "state", "state_reason", "waiting_reason", "history", "submitted_at_unix_s", "started_at_unix_s", "finished_at_unix_s", "placements", "attempt", "steps_done", "samples_per_s", "attained_gpu_s", "preemptions", "last_checkpoint_path", "last_checkpoint_step", "exit_code", "profile_source", "lease_expires_at_unix_s", "stop_at_step", "tasks")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +86,7 @@ class JobInfo(_message.Message):
     PROFILE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRES_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     STOP_AT_STEP_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     spec: JobSpec
@@ -106,7 +109,22 @@ class JobInfo(_message.Message):
     profile_source: str
     lease_expires_at_unix_s: float
     stop_at_step: int
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., state_reason: _Optional[str] = ..., waiting_reason: _Optional[str] = ..., history: _Optional[_Iterable[_Union[JobTransition, _Mapping]]] = ..., submitted_at_unix_s: _Optional[float] = ..., started_at_unix_s: _Optional[float] = ..., finished_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., attempt: _Optional[int] = ..., steps_done: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., attained_gpu_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., profile_source: _Optional[str] = ..., lease_expires_at_unix_s: _Optional[float] = ..., stop_at_step: _Optional[int] = ...) -> None: ...
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., state_reason: _Optional[str] = ..., waiting_reason: _Optional[str] = ..., history: _Optional[_Iterable[_Union[JobTransition, _Mapping]]] = ..., submitted_at_unix_s: _Optional[float] = ..., started_at_unix_s: _Optional[float] = ..., finished_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., attempt: _Optional[int] = ..., steps_done: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., attained_gpu_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., profile_source: _Optional[str] = ..., lease_expires_at_unix_s: _Optional[float] = ..., stop_at_step: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ...) -> None: ...
+
+class TaskInfo(_message.Message):
+    __slots__ = ("rank", "node_id", "state", "pid", "usage")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    node_id: str
+    state: str
+    pid: int
+    usage: _common_pb2.ResourceUsage
+    def __init__(self, rank: _Optional[int] = ..., node_id: _Optional[str] = ..., state: _Optional[str] = ..., pid: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
@@ -167,7 +185,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobInfo, _Mapping]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version")
+    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +201,8 @@ class NodeInfo(_message.Message):
     REGISTERED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_MODE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ENFORCED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     state: _common_pb2.NodeState
@@ -198,7 +218,9 @@ class NodeInfo(_message.Message):
     registered_at_unix_s: float
     job_ids: _containers.RepeatedScalarFieldContainer[int]
     agent_version: str
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    cgroup_mode: str
+    memory_enforced: bool
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()
@@ -331,3 +353,25 @@ class BackupDatabaseChunk(_message.Message):
     nodes: int
     schema_version: str
     def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., jobs: _Optional[int] = ..., nodes: _Optional[int] = ..., schema_version: _Optional[str] = ...) -> None: ...
+
+class TailLogsRequest(_message.Message):
+    __slots__ = ("job", "rank", "lines", "follow")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    lines: int
+    follow: bool
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class LogData(_message.Message):
+    __slots__ = ("data", "node_id", "attempt")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    node_id: str
+    attempt: int
+    def __init__(self, data: _Optional[bytes] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...

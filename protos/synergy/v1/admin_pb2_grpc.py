@@ -89,6 +89,11 @@ class AdminServiceStub:
                 request_serializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseRequest.SerializeToString,
                 response_deserializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseChunk.FromString,
                 _registered_method=True)
+        self.TailLogs = channel.unary_stream(
+                '/synergy.v1.AdminService/TailLogs',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.TailLogsRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.LogData.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -175,6 +180,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TailLogs(self, request, context):
+        """The output of one task of a job (`synergy logs`), relayed from its agent's heartbeats:
+        the last lines, then (follow) new bytes as they arrive until the task ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -232,6 +245,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.BackupDatabase,
                     request_deserializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseRequest.FromString,
                     response_serializer=synergy_dot_v1_dot_admin__pb2.BackupDatabaseChunk.SerializeToString,
+            ),
+            'TailLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.TailLogs,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.TailLogsRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.LogData.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -531,6 +549,33 @@ class AdminService:
             '/synergy.v1.AdminService/BackupDatabase',
             synergy_dot_v1_dot_admin__pb2.BackupDatabaseRequest.SerializeToString,
             synergy_dot_v1_dot_admin__pb2.BackupDatabaseChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TailLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/synergy.v1.AdminService/TailLogs',
+            synergy_dot_v1_dot_admin__pb2.TailLogsRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.LogData.FromString,
             options,
             channel_credentials,
             insecure,

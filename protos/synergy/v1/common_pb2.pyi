@@ -116,15 +116,61 @@ class GpuTelemetry(_message.Message):
     def __init__(self, index: _Optional[int] = ..., utilization_pct: _Optional[float] = ..., memory_used_gb: _Optional[float] = ..., temperature_c: _Optional[float] = ...) -> None: ...
 
 class NodeTelemetry(_message.Message):
-    __slots__ = ("collected_at_unix_s", "cpu_util_pct", "mem_used_gb", "load_avg_1m", "gpus")
+    __slots__ = ("collected_at_unix_s", "cpu_util_pct", "mem_used_gb", "load_avg_1m", "gpus", "usage", "peak_mem_bandwidth")
     COLLECTED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     CPU_UTIL_PCT_FIELD_NUMBER: _ClassVar[int]
     MEM_USED_GB_FIELD_NUMBER: _ClassVar[int]
     LOAD_AVG_1M_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEM_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     collected_at_unix_s: float
     cpu_util_pct: float
     mem_used_gb: float
     load_avg_1m: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuTelemetry]
-    def __init__(self, collected_at_unix_s: _Optional[float] = ..., cpu_util_pct: _Optional[float] = ..., mem_used_gb: _Optional[float] = ..., load_avg_1m: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuTelemetry, _Mapping]]] = ...) -> None: ...
+    usage: ResourceUsage
+    peak_mem_bandwidth: MemoryBandwidth
+    def __init__(self, collected_at_unix_s: _Optional[float] = ..., cpu_util_pct: _Optional[float] = ..., mem_used_gb: _Optional[float] = ..., load_avg_1m: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuTelemetry, _Mapping]]] = ..., usage: _Optional[_Union[ResourceUsage, _Mapping]] = ..., peak_mem_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ...) -> None: ...
+
+class MemoryBandwidth(_message.Message):
+    __slots__ = ("gb_per_s", "source")
+    GB_PER_S_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    gb_per_s: float
+    source: str
+    def __init__(self, gb_per_s: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
+
+class Pressure(_message.Message):
+    __slots__ = ("some_avg10", "full_avg10")
+    SOME_AVG10_FIELD_NUMBER: _ClassVar[int]
+    FULL_AVG10_FIELD_NUMBER: _ClassVar[int]
+    some_avg10: float
+    full_avg10: float
+    def __init__(self, some_avg10: _Optional[float] = ..., full_avg10: _Optional[float] = ...) -> None: ...
+
+class ResourceUsage(_message.Message):
+    __slots__ = ("cpu_cores", "rss_bytes", "page_faults", "io_read_bytes", "io_write_bytes", "cpu_pressure", "memory_pressure", "io_pressure", "mem_bandwidth", "gpu_util_pct", "gpu_memory_used_gb")
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    IO_READ_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IO_WRITE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    IO_PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    MEM_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
+    GPU_UTIL_PCT_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_USED_GB_FIELD_NUMBER: _ClassVar[int]
+    cpu_cores: float
+    rss_bytes: int
+    page_faults: int
+    io_read_bytes: int
+    io_write_bytes: int
+    cpu_pressure: Pressure
+    memory_pressure: Pressure
+    io_pressure: Pressure
+    mem_bandwidth: MemoryBandwidth
+    gpu_util_pct: float
+    gpu_memory_used_gb: float
+    def __init__(self, cpu_cores: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., page_faults: _Optional[int] = ..., io_read_bytes: _Optional[int] = ..., io_write_bytes: _Optional[int] = ..., cpu_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., memory_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., io_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., mem_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., gpu_util_pct: _Optional[float] = ..., gpu_memory_used_gb: _Optional[float] = ...) -> None: ...

@@ -43,7 +43,7 @@ class TaskRef(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
-    __slots__ = ("ref", "state", "exit_code", "pid", "gpu_indices", "message", "placement")
+    __slots__ = ("ref", "state", "exit_code", "pid", "gpu_indices", "message", "placement", "usage", "oom_killed")
     REF_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,8 @@ class TaskStatus(_message.Message):
     GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILLED_FIELD_NUMBER: _ClassVar[int]
     ref: TaskRef
     state: TaskState
     exit_code: int
@@ -58,7 +60,45 @@ class TaskStatus(_message.Message):
     gpu_indices: _containers.RepeatedScalarFieldContainer[int]
     message: str
     placement: _common_pb2.Placement
-    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., exit_code: _Optional[int] = ..., pid: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., message: _Optional[str] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ...) -> None: ...
+    usage: _common_pb2.ResourceUsage
+    oom_killed: bool
+    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., exit_code: _Optional[int] = ..., pid: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., message: _Optional[str] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ..., oom_killed: _Optional[bool] = ...) -> None: ...
+
+class LogRequest(_message.Message):
+    __slots__ = ("ref", "offset", "max_bytes", "tail")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    ref: TaskRef
+    offset: int
+    max_bytes: int
+    tail: bool
+    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., tail: _Optional[bool] = ...) -> None: ...
+
+class LogChunk(_message.Message):
+    __slots__ = ("ref", "offset", "data", "eof", "error")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ref: TaskRef
+    offset: int
+    data: bytes
+    eof: bool
+    error: str
+    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., eof: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class TaskProgress(_message.Message):
+    __slots__ = ("ref", "throughput", "baseline_throughput")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
+    ref: TaskRef
+    throughput: float
+    baseline_throughput: float
+    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., throughput: _Optional[float] = ..., baseline_throughput: _Optional[float] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
     __slots__ = ("ref", "job_name", "world_size", "command", "working_dir", "env", "placement", "job_token", "checkpoint_dir", "resume_checkpoint_path", "resume_step", "master_node_id", "master_hostname")
@@ -114,7 +154,7 @@ class Instruction(_message.Message):
     def __init__(self, kind: _Optional[_Union[InstructionKind, str]] = ..., ref: _Optional[_Union[TaskRef, _Mapping]] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., stop_grace_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RegisterNodeRequest(_message.Message):
-    __slots__ = ("node_id", "hostname", "capacity", "reserved", "gpus", "tasks", "agent_version", "instance_id")
+    __slots__ = ("node_id", "hostname", "capacity", "reserved", "gpus", "tasks", "agent_version", "instance_id", "cgroup_mode", "memory_enforced")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +163,8 @@ class RegisterNodeRequest(_message.Message):
     TASKS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_MODE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ENFORCED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     capacity: _common_pb2.Resources
@@ -131,7 +173,9 @@ class RegisterNodeRequest(_message.Message):
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
     agent_version: str
     instance_id: str
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., instance_id: _Optional[str] = ...) -> None: ...
+    cgroup_mode: str
+    memory_enforced: bool
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., instance_id: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ...) -> None: ...
 
 class RegisterNodeResponse(_message.Message):
     __slots__ = ("heartbeat_interval_s", "state", "state_reason", "instructions", "daemon_version")
@@ -148,27 +192,33 @@ class RegisterNodeResponse(_message.Message):
     def __init__(self, heartbeat_interval_s: _Optional[float] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[Instruction, _Mapping]]] = ..., daemon_version: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "telemetry", "tasks", "instance_id")
+    __slots__ = ("node_id", "telemetry", "tasks", "instance_id", "log_chunks")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TELEMETRY_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     telemetry: _common_pb2.NodeTelemetry
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
     instance_id: str
-    def __init__(self, node_id: _Optional[str] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., instance_id: _Optional[str] = ...) -> None: ...
+    log_chunks: _containers.RepeatedCompositeFieldContainer[LogChunk]
+    def __init__(self, node_id: _Optional[str] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., instance_id: _Optional[str] = ..., log_chunks: _Optional[_Iterable[_Union[LogChunk, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("heartbeat_interval_s", "instructions", "forget", "state", "state_reason")
+    __slots__ = ("heartbeat_interval_s", "instructions", "forget", "state", "state_reason", "log_requests", "progress")
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     FORGET_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_REASON_FIELD_NUMBER: _ClassVar[int]
+    LOG_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval_s: float
     instructions: _containers.RepeatedCompositeFieldContainer[Instruction]
     forget: _containers.RepeatedCompositeFieldContainer[TaskRef]
     state: _common_pb2.NodeState
     state_reason: str
-    def __init__(self, heartbeat_interval_s: _Optional[float] = ..., instructions: _Optional[_Iterable[_Union[Instruction, _Mapping]]] = ..., forget: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ...) -> None: ...
+    log_requests: _containers.RepeatedCompositeFieldContainer[LogRequest]
+    progress: _containers.RepeatedCompositeFieldContainer[TaskProgress]
+    def __init__(self, heartbeat_interval_s: _Optional[float] = ..., instructions: _Optional[_Iterable[_Union[Instruction, _Mapping]]] = ..., forget: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., log_requests: _Optional[_Iterable[_Union[LogRequest, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[TaskProgress, _Mapping]]] = ...) -> None: ...

@@ -14,7 +14,7 @@ from rich.text import Text
 from synergy.scheduler.cli.connection import Client
 from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import (
-    Result, enum_word, fmt_age, fmt_num, fmt_time, kv_table, state_text, table, to_plain,
+    Result, enum_word, fmt_age, fmt_bandwidth, fmt_bytes, fmt_num, fmt_time, kv_table, state_text, table, to_plain,
 )
 from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec, spec_document, wire_spec
 from synergy.scheduler.jobspec import parse_job_ref
@@ -25,7 +25,7 @@ Connect = Callable[[], Client]
 
 #: Spec fields that `submit` flags can set, and the flag named in error messages.
 SPEC_FLAGS: dict[str, str] = {
-    "name": "--name", "gpus": "--gpus", "working_dir": "--working-dir", "cpus": "--cpus",
+    "name": "--name", "kind": "--kind", "gpus": "--gpus", "working_dir": "--working-dir", "cpus": "--cpus",
     "memory_gb": "--memory-gb", "model": "--model", "task": "--task", "profile": "--profile",
     "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
 }
@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", nargs="?", metavar="SPEC.yaml", help="job spec file (YAML)")
     p.add_argument("--name", help="job name: 1-63 letters, digits, '.', '_', '-', starting with a letter")
     p.add_argument("--gpus", type=int, help="GPUs the job needs (fixed for the whole run)")
+    p.add_argument("--kind", choices=("training", "cpu"),
+                   help="'cpu': a CPU-only job (no GPU; --cpus and --memory-gb are then its request)")
     p.add_argument("--command", dest="command_str", metavar="CMD",
                    help="the command, as one string split into arguments shell-style (no shell runs it)")
     p.add_argument("--working-dir", help="working directory on the node (default: the current directory)")
@@ -126,7 +128,8 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
             return load_spec(args.spec, overrides=overrides, labels=labels)
         if flag_env:
             labels["env"] = "--env"
-        missing = [f for f in ("name", "gpus", "command") if f not in overrides]
+        needed = ("name", "command") if overrides.get("kind") == "cpu" else ("name", "gpus", "command")
+        missing = [f for f in needed if f not in overrides]
         if missing:
             need = ", ".join("--command (or '-- CMD...')" if f == "command" else f"--{f}" for f in missing)
             raise CliError(f"submit needs a spec file or at least {need}", ExitCode.USAGE)
@@ -259,8 +262,9 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     rows += [
         ("command", shlex.join(s.command)),
         ("working dir", s.working_dir or "(agent default)"),
+        ("kind", s.kind or "training"),
         ("gpus", s.gpus),
-        ("hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
+        ("request" if s.kind == "cpu" else "hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
                                          s.mem_gb_hint and f"{fmt_num(s.mem_gb_hint)} GB") if x) or "-"),
         ("model", " / ".join(x for x in (s.model, s.task) if x) or "-"),
         ("profile", job.profile_source or "-"),
@@ -284,6 +288,13 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     if job.exit_code:
         rows.append(("exit code", f"{job.exit_code}{EXIT_MEANING.get(job.exit_code, '')}"))
     parts: list[Any] = [kv_table(rows)]
+    if job.tasks:
+        parts += [Text(""), table("Tasks", ["RANK", "NODE", "STATE", "PID", "CPU", "RSS", "MEM BW"], [
+            (t.rank, t.node_id, t.state, t.pid or "-",
+             fmt_num(t.usage.cpu_cores) if t.HasField("usage") else "-",
+             fmt_bytes(t.usage.rss_bytes) if t.HasField("usage") else "-",
+             fmt_bandwidth(t.usage.mem_bandwidth if t.usage.HasField("mem_bandwidth") else None))
+            for t in job.tasks])]
     if job.placements:
         parts += [Text(""), table("Allocation", ["NODE", "GPUS", "CPUS", "MEM GB"],
                                   [(p.node_id, p.gpus, fmt_num(p.cpus), fmt_num(p.mem_gb))

@@ -7,7 +7,8 @@ from typing import Callable
 from rich.text import Text
 
 from synergy.scheduler.cli.connection import Client
-from synergy.scheduler.cli.output import Result, enum_word, fmt_age, fmt_num, state_text, table, to_plain
+from synergy.scheduler.cli.output import (Result, enum_word, fmt_age, fmt_bandwidth, fmt_bytes, fmt_num,
+                                          fmt_pressure, state_text, table, to_plain)
 from synergy.v1 import admin_pb2, common_pb2
 
 Connect = Callable[[], Client]
@@ -28,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("nodes", help="list nodes",
                        description="List registered nodes: state, free/allocatable resources, jobs, "
                                    "last heartbeat.")
+    p.add_argument("--wide", action="store_true",
+                   help="more telemetry: RSS, I/O, pressure (PSI), GPU use, cgroup mode")
     p.set_defaults(func=list_nodes)
     for name, (_, _, short, long) in ACTIONS.items():
         p = sub.add_parser(name, help=short, description=long)
@@ -41,18 +44,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 def list_nodes(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         nodes = list(client.call("ListNodes", admin_pb2.ListNodesRequest()).nodes)
+    wide = getattr(args, "wide", False)
     rows = [
         (n.node_id, state_text(_state(n)),
          f"{fmt_num(n.free.gpus)}/{fmt_num(n.allocatable.gpus)}",
          f"{fmt_num(n.free.cpus)}/{fmt_num(n.allocatable.cpus)}",
          f"{fmt_num(n.free.mem_gb)}/{fmt_num(n.allocatable.mem_gb)}",
+         f"{fmt_num(n.telemetry.cpu_util_pct)}%" if n.HasField("telemetry") else "-",
+         _bandwidth(n),
+         *(_wide(n) if wide else ()),
          ",".join(str(j) for j in n.job_ids) or "-",
          fmt_age(n.last_heartbeat_unix_s) + " ago" if n.last_heartbeat_unix_s else "-",
-         n.state_reason)
+         "; ".join(x for x in (MEMORY_NOT_ENFORCED if memory_unenforced(n) else "", n.state_reason) if x))
         for n in nodes
     ]
-    view = table(None, ["NODE", "STATE", "FREE GPUS", "FREE CPUS", "FREE GB", "JOBS", "HEARTBEAT", "REASON"],
-                 rows) if rows else Text("no nodes registered")
+    columns = ["NODE", "STATE", "FREE GPUS", "FREE CPUS", "FREE GB", "CPU", "MEM BW/PEAK",
+               *(WIDE_COLUMNS if wide else ()), "JOBS", "HEARTBEAT", "REASON"]
+    view = table(None, columns, rows) if rows else Text("no nodes registered")
     return Result({"nodes": [to_plain(n) for n in nodes]}, view)
 
 
@@ -64,6 +72,32 @@ def change_node(args: argparse.Namespace, connect: Connect) -> Result:
     if node.state_reason:
         line.append(f" ({node.state_reason})")
     return Result(to_plain(node), line)
+
+
+MEMORY_NOT_ENFORCED = "memory not enforced"
+WIDE_COLUMNS = ("RSS", "IO R/W", "PSI some/full %", "GPU UTIL", "CGROUPS")
+
+
+def memory_unenforced(n: admin_pb2.NodeInfo) -> bool:
+    """An agent that reported its cgroup mode and cannot enforce memory limits ("" = old agent)."""
+    return bool(n.cgroup_mode) and not n.memory_enforced
+
+
+def _bandwidth(n: admin_pb2.NodeInfo) -> str:
+    t = n.telemetry
+    if not (n.HasField("telemetry") and t.HasField("usage") and t.usage.HasField("mem_bandwidth")):
+        return "-"
+    return fmt_bandwidth(t.usage.mem_bandwidth, t.peak_mem_bandwidth if t.HasField("peak_mem_bandwidth") else None)
+
+
+def _wide(n: admin_pb2.NodeInfo) -> tuple[str, ...]:
+    u = n.telemetry.usage
+    if not (n.HasField("telemetry") and n.telemetry.HasField("usage")):
+        return ("-", "-", "-", "-", n.cgroup_mode or "-")
+    gpus = n.telemetry.gpus
+    gpu = f"{fmt_num(sum(g.utilization_pct for g in gpus) / len(gpus))}%" if gpus else "-"
+    return (fmt_bytes(u.rss_bytes), f"{fmt_bytes(u.io_read_bytes)}/{fmt_bytes(u.io_write_bytes)}",
+            fmt_pressure(u), gpu, n.cgroup_mode or "-")
 
 
 def _state(node: admin_pb2.NodeInfo) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from typing import AsyncIterator
 
 import grpc
@@ -12,7 +13,8 @@ from synergy.scheduler.daemon import paging, validation
 from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook
-from synergy.scheduler.daemon.live import JobLive
+from synergy.scheduler.daemon.live import JobLive, TaskKey, TaskPhase
+from synergy.scheduler.daemon.tasklogs import find_task, last_lines
 from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
@@ -23,6 +25,11 @@ from synergy.scheduler.statedir import TEMP_PREFIX, StateDirError
 from synergy.v1 import admin_pb2, admin_pb2_grpc
 
 VERSION = "0.1.0"
+#: `synergy logs` without --lines, and the most it may ask for.
+DEFAULT_LOG_LINES = 10
+MAX_LOG_LINES = 10_000
+#: How often TailLogs looks for newly relayed bytes.
+LOG_POLL_S = 0.05
 #: Backup chunk size: well under every client's default 4 MiB receive limit.
 BACKUP_CHUNK_BYTES = 1024 * 1024
 
@@ -40,7 +47,11 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         expires = 0.0
         if live is not None and live.ranks:
             expires = min(r.last_renewal for r in live.ranks.values()) + self.ctx.config.lease_grace
-        return convert.job_to_info(view, history, expires, full_spec)
+        info = convert.job_to_info(view, history, expires, full_spec)
+        if history:  # DescribeJob: the current attempt's tasks with their latest usage
+            tasks = sorted(self.ctx.live.tasks_of(job.id, job.attempt), key=lambda nt: nt[1].key.rank)
+            info.tasks.extend(convert.task_to_info(node_id, t) for node_id, t in tasks)
+        return info
 
     @rpc
     def SubmitJob(
@@ -72,6 +83,55 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         job = self.jobs.find(validation.job_ref(request.job))
         with self.ctx.lock:
             return admin_pb2.DescribeJobResponse(job=self._info(job, history=True))
+
+    @stream_rpc
+    async def TailLogs(
+        self, request: admin_pb2.TailLogsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[admin_pb2.LogData]:
+        """The task's last lines, then (follow) new output until it exits; see tasklogs.py."""
+        ctx = self.ctx
+        if request.lines > MAX_LOG_LINES:
+            raise InvalidArgument("lines", f"must be at most {MAX_LOG_LINES}, got {request.lines}")
+        job = self.jobs.find(validation.job_ref(request.job))
+        key = TaskKey(job.id, job.attempt, request.rank)
+        # The first answer takes one or two heartbeats; a node that sends nothing is reported.
+        patience = max(10.0, 4 * ctx.config.heartbeat_interval_s)
+        deadline, sent_to = time.monotonic() + patience, -1
+        while True:
+            with ctx.lock:
+                found = find_task(ctx.live.nodes, key)
+                log = ctx.task_logs.get(key)
+                job = ctx.store.job(job.id) or job
+                placed = job.state == JobState.RUNNING and request.rank < len(job.placements)
+                if found is None and log is None and not placed:
+                    raise FailedPrecondition(
+                        f"rank: no node reports rank {request.rank} of job {job.id} attempt {job.attempt} "
+                        f"(the job is {job.state.value}); output is relayed while a task is reported")
+                # Launched but not reported yet: ask the node it is placed on.
+                node_id = found[0] if found is not None else log.node_id if log is not None else (
+                    job.placements[request.rank].server_id)
+                log = ctx.task_logs.want(key, node_id, ctx.clock.now(), refresh=found is not None)
+                ended = found[1].phase == TaskPhase.EXITED if found is not None else not placed
+                answered, error, start, data, drained = (
+                    log.answered, log.error, log.start, bytes(log.data), log.drained)
+            if answered and error and (ended or drained) and sent_to >= 0:
+                return  # the agent let go of the task after its exit: nothing more to read
+            if answered and error:
+                raise FailedPrecondition(f"rank: node {node_id} cannot read the log: {error}")
+            if answered and sent_to < 0:
+                yield admin_pb2.LogData(data=last_lines(data, request.lines or DEFAULT_LOG_LINES),
+                                        node_id=node_id, attempt=job.attempt)
+                sent_to = start + len(data)
+                if not request.follow:
+                    return
+            elif answered and start + len(data) > sent_to:
+                yield admin_pb2.LogData(data=data[max(0, sent_to - start):])
+                sent_to = start + len(data)
+            if not answered and time.monotonic() > deadline:
+                raise FailedPrecondition(f"rank: node {node_id} sent no log within {patience:g} s; is its agent up?")
+            if drained and sent_to >= start + len(data):
+                return  # the task has exited and its file was read to the end after that
+            await asyncio.sleep(LOG_POLL_S)
 
     @rpc
     def CancelJob(

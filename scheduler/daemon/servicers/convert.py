@@ -8,6 +8,8 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.nodes import NodeView
+from synergy.scheduler.daemon.progress import TaskProgress
+from synergy.scheduler.daemon.tasklogs import LogChunk, LogRequest
 from synergy.scheduler.daemon.reconciler import Instruction, InstructionKind
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
 # The job spec's one wire translation lives with the spec (the CLI uses it too); re-exported
@@ -124,6 +126,8 @@ def node_from_register(m: node_pb2.RegisterNodeRequest) -> NodeRecord:
         gpus=tuple(MessageToDict(g, preserving_proto_field_name=True) for g in m.gpus),
         agent_version=m.agent_version,
         instance_id=m.instance_id,
+        cgroup_mode=m.cgroup_mode,
+        memory_enforced=m.memory_enforced,
     )
 
 
@@ -141,6 +145,8 @@ def task_from_msg(m: node_pb2.TaskStatus, node_id: str) -> ObservedTask | None:
         message=m.message[:1024],
         # A task runs on the node that reports it, whatever node id its placement names.
         placement=placement_from_msg(m.placement, node_id, force_node=True) if m.HasField("placement") else None,
+        oom_killed=m.oom_killed,
+        usage=MessageToDict(m.usage, preserving_proto_field_name=True) if m.HasField("usage") else {},
     )
 
 
@@ -165,10 +171,31 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
         registered_at_unix_s=n.registered_at,
         job_ids=list(v.job_ids),
         agent_version=n.agent_version,
+        cgroup_mode=n.cgroup_mode,
+        memory_enforced=n.memory_enforced,
     )
     if v.telemetry:
         info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))
     return info
+
+
+def task_to_info(node_id: str, t: ObservedTask) -> admin_pb2.TaskInfo:
+    info = admin_pb2.TaskInfo(rank=t.key.rank, node_id=node_id, state=t.phase.value, pid=t.pid)
+    if t.usage:
+        info.usage.CopyFrom(ParseDict(t.usage, common_pb2.ResourceUsage()))
+    return info
+
+
+def log_chunk_from_msg(m: node_pb2.LogChunk) -> LogChunk:
+    return LogChunk(TaskKey(m.ref.job_id, m.ref.attempt, m.ref.rank), m.offset, bytes(m.data), m.eof, m.error)
+
+
+def log_request_to_msg(r: LogRequest) -> node_pb2.LogRequest:
+    return node_pb2.LogRequest(ref=task_ref(r.key), offset=r.offset, max_bytes=r.max_bytes, tail=r.tail)
+
+
+def progress_to_msg(p: TaskProgress) -> node_pb2.TaskProgress:
+    return node_pb2.TaskProgress(ref=task_ref(p.key), throughput=p.throughput, baseline_throughput=p.baseline)
 
 
 def task_ref(key: TaskKey) -> node_pb2.TaskRef:

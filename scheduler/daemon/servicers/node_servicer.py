@@ -25,6 +25,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         out = []
         for i, t in enumerate(tasks):
             validation.text(t.message, f"tasks[{i}].message", 64 * 1024)
+            validation.measurements(t.usage, f"tasks[{i}].usage")
             task = convert.task_from_msg(t, node_id)
             if task is None:
                 continue
@@ -50,6 +51,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         validation.text(request.agent_version, "agent_version", 64)
         validation.text(request.instance_id, "instance_id", 128)
         validation.count(request.gpus, "gpus", validation.MAX_GPUS_PER_NODE)
+        validation.cgroup_mode(request.cgroup_mode)
         record = convert.node_from_register(request)
         validation.node_resources(record.capacity, record.reserved)
         reply = self.nodes.register(record, self._tasks(list(request.tasks), request.node_id))
@@ -69,11 +71,14 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         validation.node_id(request.node_id)
         validation.text(request.instance_id, "instance_id", 128)
         validation.count(request.telemetry.gpus, "telemetry.gpus", validation.MAX_GPUS_PER_NODE)
+        validation.measurements(request.telemetry, "telemetry")
+        validation.log_chunks(request.log_chunks)
         reply = self.nodes.heartbeat(
             request.node_id,
             convert.telemetry_from_msg(request.telemetry),
             self._tasks(list(request.tasks), request.node_id),
             request.instance_id,
+            [convert.log_chunk_from_msg(c) for c in request.log_chunks],
         )
         instructions, forget = self._reply(reply)
         return node_pb2.HeartbeatResponse(
@@ -82,4 +87,6 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
             forget=forget,
             state=convert.node_state_to_msg(reply.node.state),
             state_reason=reply.node.reason,
+            log_requests=[convert.log_request_to_msg(r) for r in reply.log_requests],
+            progress=[convert.progress_to_msg(p) for p in reply.progress],
         )
