@@ -34,7 +34,7 @@ from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.tasks import Supervisor, TaskKey
 from synergy.agent.telemetry import NodeSample, Sampler
-from synergy.scheduler.daemon.logs import JsonFormatter, TextFormatter, event
+from synergy.scheduler.daemon.logs import configure, event
 from synergy.v1 import common_pb2, node_pb2
 
 LOGGER = "synergy-agent"
@@ -50,17 +50,6 @@ class Fatal(Exception):
     def __init__(self, message: str, code: int = EXIT_FATAL) -> None:
         super().__init__(message)
         self.code = code
-
-
-def configure_logging(level: str, fmt: str) -> logging.Logger:
-    log = logging.getLogger(LOGGER)
-    log.handlers.clear()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    log.addHandler(handler)
-    log.setLevel(level.upper())
-    log.propagate = False
-    return log
 
 
 class Waker:
@@ -329,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"synergy-agent: {exc}\n")
         return 2
-    log = configure_logging(cfg.log_level, cfg.log_format)
+    log = configure(cfg.log_level, cfg.log_format, name=LOGGER)
     waker = Waker()
     try:
         agent = Agent(cfg, log)

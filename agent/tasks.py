@@ -15,7 +15,6 @@ working directory that does not exist becomes an exited task with a clear messag
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import select
@@ -32,6 +31,8 @@ from synergy.agent import contract, state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
 from synergy.scheduler.daemon.logs import event
+from synergy.scheduler.tasks import TaskKey
+from synergy.scheduler.tasks import TaskPhase as Phase
 from synergy.v1 import node_pb2
 
 GIB = 1024**3
@@ -48,27 +49,6 @@ SHIM_START_TIMEOUT_S = 10.0
 #: Lines of a failed task's log quoted in its exit message (the daemon keeps 1024 characters).
 TAIL_LINES = 10
 TAIL_CHARS = 700
-
-
-class Phase(str, enum.Enum):
-    STARTING = "starting"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    EXITED = "exited"
-
-
-@dataclass(frozen=True, order=True)
-class TaskKey:
-    job_id: int
-    attempt: int
-    rank: int
-
-    def __str__(self) -> str:
-        return f"{self.job_id}-{self.attempt}-{self.rank}"
-
-    @classmethod
-    def of(cls, ref: node_pb2.TaskRef) -> TaskKey:
-        return cls(ref.job_id, ref.attempt, ref.rank)
 
 
 @dataclass(frozen=True)

@@ -7,27 +7,11 @@ a disk write on the hot path.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from synergy.scheduler.model import Placement
-
-
-class TaskPhase(str, enum.Enum):
-    STARTING = "starting"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    EXITED = "exited"
-
-
-@dataclass(frozen=True, order=True)
-class TaskKey:
-    """One task = one attempt of one job on one node (its node rank)."""
-
-    job_id: int
-    attempt: int
-    rank: int
+from synergy.scheduler.tasks import TaskKey, TaskPhase
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,9 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure(level: str = "info", fmt: str = "json") -> logging.Logger:
-    log = logging.getLogger(LOGGER)
+def configure(level: str = "info", fmt: str = "json", name: str = LOGGER) -> logging.Logger:
+    """Structured logs on stderr for one program (synergyd, or `name="synergy-agent"`)."""
+    log = logging.getLogger(name)
     log.handlers.clear()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
