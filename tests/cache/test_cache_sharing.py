@@ -50,8 +50,8 @@ def test_dataloader_workers_share_the_cache(tmp_path: Path, method: str) -> None
     assert not Path(cache.path).exists()
 
 
-def _reader(path: str, keys: list[int], out: mp.Queue) -> None:
-    cache = MinioCache.attach(path)
+def _reader(cache: MinioCache, keys: list[int], out: mp.Queue) -> None:
+    # The parent's object itself: inherited under fork, re-attached by unpickling under spawn.
     for k in keys:
         cache.get(k, load=lambda k=k: bytes([k]) * 100)
     out.put(cache.local_stats().as_dict())
@@ -64,7 +64,7 @@ def test_stats_are_summed_across_processes(method: str) -> None:
     with MinioCache.create(10_000, job_id=unique_job_id()) as cache:
         cache.get("parent", load=lambda: b"p" * 100)  # before the fork: children must not inherit it
         out = ctx.Queue()
-        procs = [ctx.Process(target=_reader, args=(cache.path, list(range(j, j + 20)), out)) for j in (0, 10)]
+        procs = [ctx.Process(target=_reader, args=(cache, list(range(j, j + 20)), out)) for j in (0, 10)]
         for p in procs:
             p.start()
         local = [out.get(timeout=DEADLINE_S) for _ in procs]
