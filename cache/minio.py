@@ -28,6 +28,7 @@ import errno
 import fcntl
 import mmap
 import os
+import struct
 import threading
 import time
 from contextlib import contextmanager
@@ -68,15 +69,15 @@ def remove_stale_segments(shm_dir: str = seg.SHM_DIR) -> list[str]:
                 head = f.read(seg.HEADER.size)
             try:
                 header = seg.Header.read(head)
-            except ValueError:
+            except (ValueError, struct.error):
                 if time.time() - path.stat().st_mtime < _HALF_CREATED_S:
                     continue  # being created right now
                 header = None
             if header is None or not seg.owner_alive(header):
                 path.unlink()
                 removed.append(str(path))
-        except FileNotFoundError:
-            continue
+        except (FileNotFoundError, PermissionError):
+            continue  # gone meanwhile, or another user's (never ours to judge)
     return removed
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 from cache_helpers import unique_job_id
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synergy.agent.contract import JobEnv
@@ -220,9 +220,9 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None)
 @given(initial=st.integers(0, 4000), steps=ops)
-def test_property_bytes_within_capacity_and_cached_set_is_an_admission_prefix(make_cache, initial, steps) -> None:
+def test_property_bytes_within_capacity_and_cached_set_is_an_admission_prefix(initial, steps) -> None:
     cache = MinioCache.create(initial, job_id=unique_job_id(), max_items=8)
     try:
         model: list[tuple[bytes, int]] = []  # (digest, size) in admission order

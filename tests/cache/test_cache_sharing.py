@@ -159,3 +159,14 @@ def test_a_live_owners_segment_is_never_taken() -> None:
         with pytest.raises(FileExistsError, match="in use by a live process"):
             MinioCache.create(100, job_id=job)
         assert Path(cache.path).exists()
+
+
+def test_stale_sweep_skips_files_it_cannot_judge(tmp_path: Path) -> None:
+    (tmp_path / "synergy-cache-short").write_bytes(b"xx")  # truncated header, fresh: mid-create
+    (tmp_path / "unrelated").write_bytes(b"")
+    assert remove_stale_segments(str(tmp_path)) == []
+    old = tmp_path / "synergy-cache-old"
+    old.write_bytes(b"garbage")
+    os.utime(old, (0, 0))  # a creator that died mid-create long ago
+    assert remove_stale_segments(str(tmp_path)) == [str(old)]
+    assert (tmp_path / "synergy-cache-short").exists() and (tmp_path / "unrelated").exists()
