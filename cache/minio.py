@@ -34,11 +34,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from synergy.cache import segment as seg
 from synergy.cache.sizing import DEFAULT_FRACTION, capacity_from_allocation
 from synergy.cache.stats import CacheStats
+
+if TYPE_CHECKING:
+    from synergy.agent.contract import JobEnv
 
 #: Default index size: items the cache can hold at most (32 B each, sparse until used).
 DEFAULT_MAX_ITEMS = 1 << 18
@@ -159,7 +162,7 @@ class MinioCache:
     @classmethod
     def for_job(
         cls,
-        env: object | None = None,
+        env: JobEnv | None = None,
         fraction: float = DEFAULT_FRACTION,
         process_mem_gb: float = 0.0,
         **kwargs: object,
@@ -169,9 +172,9 @@ class MinioCache:
         `env` is a `synergy.agent.contract.JobEnv` (read from the environment when None):
         capacity = `capacity_from_allocation(env.alloc_mem_gb, fraction, process_mem_gb)`, named
         by the job id and attempt."""
-        from synergy.agent.contract import JobEnv
+        from synergy.agent.contract import JobEnv  # the agent's contract: the one place it lives
 
-        job = env if isinstance(env, JobEnv) else JobEnv.from_env()
+        job = env if env is not None else JobEnv.from_env()
         capacity = capacity_from_allocation(job.alloc_mem_gb, fraction, process_mem_gb)
         return cls.create(capacity, job_id=job.job_id, attempt=job.attempt, **kwargs)  # type: ignore[arg-type]
 

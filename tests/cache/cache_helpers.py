@@ -8,19 +8,12 @@ import random
 from pathlib import Path
 from typing import Iterator
 
-from synergy.cache import MinioCache
-
-SHM = Path("/dev/shm")
 _ids = itertools.count()
 
 
 def unique_job_id() -> int:
     """A job id no other test (or xdist worker) uses: pid and a counter."""
     return os.getpid() * 1000 + next(_ids)
-
-
-def leftover_segments(cache: MinioCache) -> bool:
-    return Path(cache.path).exists()
 
 
 def serving_pid(data: bytes) -> int:

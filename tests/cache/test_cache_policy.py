@@ -250,3 +250,16 @@ def test_property_bytes_within_capacity_and_cached_set_is_an_admission_prefix(in
             assert s.used_bytes == sum(m[1] for m in model)
     finally:
         cache.close()
+
+
+def test_for_job_reads_the_agents_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = JobEnv(job_id=unique_job_id(), attempt=1, rank=0, world_size=1, daemon_address="x", job_token="t",
+                 alloc_mem_gb=0.002)
+    for name, value in env.to_env().items():
+        monkeypatch.setenv(name, value)
+    with MinioCache.for_job(fraction=1.0, process_mem_gb=0.001) as cache:
+        assert cache.stats().capacity_bytes == 1_000_000
+        assert cache.path.endswith(f"-j{env.job_id}-a1")
+    monkeypatch.delenv("SYNERGY_JOB_ID")
+    with pytest.raises(ValueError, match="SYNERGY_JOB_ID is not set"):
+        MinioCache.for_job()
