@@ -170,3 +170,27 @@ def test_stale_sweep_skips_files_it_cannot_judge(tmp_path: Path) -> None:
     os.utime(old, (0, 0))  # a creator that died mid-create long ago
     assert remove_stale_segments(str(tmp_path)) == [str(old)]
     assert (tmp_path / "synergy-cache-short").exists() and (tmp_path / "unrelated").exists()
+
+
+def _admit_all(cache: MinioCache, order: list[int], out: mp.Queue) -> None:
+    for k in order:
+        assert cache.get(k, load=lambda k=k: k.to_bytes(2, "little") * 50) == k.to_bytes(2, "little") * 50
+    out.put(True)
+
+
+def test_concurrent_admissions_never_overfill_or_duplicate() -> None:
+    ctx = mp.get_context("fork")
+    keys = list(range(400))
+    with MinioCache.create(150 * 100, job_id=unique_job_id()) as cache:
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_admit_all, args=(cache, order, out)) for order in (keys, keys[::-1], keys[::2] + keys[1::2])]
+        for p in procs:
+            p.start()
+        assert all(out.get(timeout=DEADLINE_S) for _ in procs)
+        for p in procs:
+            p.join(DEADLINE_S)
+        order = cache.admission_order()
+        s = cache.stats()
+        assert len(order) == len(set(order)) == s.items == 150
+        assert s.used_bytes == 150 * 100 == s.capacity_bytes
+        assert all(cache.get(k) == k.to_bytes(2, "little") * 50 for k in keys if k in cache)
