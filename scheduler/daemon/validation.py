@@ -147,6 +147,13 @@ def measurements(msg: Message, field: str) -> None:
         raise InvalidArgument(f"{field}.source", "must say where the figure comes from ('resctrl' or 'estimate')")
 
 
+def throttle(msg: Message, field: str) -> None:
+    """A task's TaskThrottle: bounded text, a finite non-negative time (unset = not throttled)."""
+    text(msg.action, f"{field}.action", 256)
+    text(msg.reason, f"{field}.reason", 1024)
+    measurements(msg, field)
+
+
 def log_chunks(chunks: Sequence[Any]) -> None:
     """Bounded: at most MAX_LOG_CHUNKS chunks of LOG_CHUNK_BYTES, plausible offsets and refs."""
     count(chunks, "log_chunks", MAX_LOG_CHUNKS)
