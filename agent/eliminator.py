@@ -63,7 +63,7 @@ class Eliminator:
                                      Observation(sample.membw.bytes_per_s, peak, cpu, training), self.policy)
         for a in actions:
             self._apply(tasks[a.task], a)
-        self._sync_holds(seen)
+        self._sync_holds(tasks)
         return actions
 
     def _sync_holds(self, running: dict[str, Task]) -> None:
