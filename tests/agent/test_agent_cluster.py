@@ -1,9 +1,11 @@
-"""Node loss with real agents: an agent and its task die (kill -9), synergyd declares the node lost,
-requeues the job and the round runs it on the other agent. Only GPUs are fake."""
+"""Real agents against what a real cluster does to them: node loss (an agent and its task die,
+kill -9: synergyd declares the node lost, requeues the job, the round runs it on the other
+agent) and a daemon that speaks mutual TLS. Only GPUs are fake."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent_harness import AgentProcess, alive, is_root_with_v1
+from pki import make_pki
 from synergyd_harness import DaemonProcess, history, wait_for
 
 pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cgroup v1 cpuset/memory/cpu "
@@ -51,4 +54,36 @@ def test_killing_an_agent_and_its_task_requeues_the_job_onto_the_other_agent(tmp
         admin.close()
         for a in agents.values():
             a.stop()
+        d.kill()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_an_agent_runs_a_job_for_a_daemon_with_mutual_tls(tmp_path: Path) -> None:
+    """Agents on their own mutual-TLS port (client certificate + cluster token); the job's own
+    channel to the JobService is TLS too (the agent hands it the CA through the contract)."""
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_pki(pki)
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "600", "--tls-cert", str(pki / "server.pem"),
+                      "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.pem"))
+    d.tls_ca = pki / "ca.pem"
+    d.start()
+    agent_address = (d.state_dir / "agent_address").read_text().strip()
+    agent = AgentProcess(d, tmp_path / "work", "n0", "--cpus", "0", "--memory", "1G", "--daemon", agent_address,
+                         "--tls-ca", str(pki / "ca.pem"), "--tls-cert", str(pki / "agent.pem"),
+                         "--tls-key", str(pki / "agent.key"), "--job-daemon-address", d.address, fake_gpus=1)
+    admin = d.admin()
+    try:
+        agent.start()
+        job = admin.submit("tls", gpus=1, cpus_hint=1, mem_gb_hint=0.25, working_dir=str(tmp_path),
+                           command=(sys.executable, "-u", "-c", SLEEPER)).id
+        wait_for(lambda: admin.state(job) == "running", timeout=60, what="the job to run")
+        pid = agent.task_pid(job)
+        wait_for(lambda: admin.describe(job).tasks and admin.describe(job).tasks[0].pid == pid, timeout=60,
+                 what="the agent's report of the task over mutual TLS")
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"SYNERGY_TLS_CA={pki / 'ca.pem'}".encode() in env
+    finally:
+        admin.close()
+        agent.stop()
         d.kill()
