@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,8 @@ def test_coda_throttles_the_bandwidth_heavy_cpu_job_beside_a_reporting_training_
         wide = run_cli(capsys, "--state-dir", str(d.state_dir), "nodes", "--wide")
         assert wide.code == 0 and "THROTTLED" in wide.out, wide.out
         assert "contention.throttle" in agent.log_text()
+        scraped = urllib.request.urlopen(f"http://{d.metrics_address}/metrics", timeout=10).read().decode()
+        assert 'synergyd_node_throttled_tasks{node="n0"} 1.0' in scraped
 
         admin.CancelJob(admin_pb2.CancelJobRequest(job=str(stress)))
         wait_for(lambda: _node(admin, "n0").throttled_tasks == 0, timeout=60,
