@@ -131,9 +131,10 @@ def measurements(msg: Message, field: str) -> None:
     for fd, value in msg.ListFields():
         path = f"{field}.{fd.name}"
         if fd.message_type is not None:
-            items = value if fd.label == fd.LABEL_REPEATED else [value]
+            repeated = fd.is_repeated  # (fd.label is deprecated in protobuf 6)
+            items = value if repeated else [value]
             for i, item in enumerate(items):
-                measurements(item, f"{path}[{i}]" if fd.label == fd.LABEL_REPEATED else path)
+                measurements(item, f"{path}[{i}]" if repeated else path)
         elif fd.type in (fd.TYPE_DOUBLE, fd.TYPE_FLOAT):
             _non_negative(value, path)
             if (fd.name.endswith("_pct") or fd.name.endswith("avg10")) and value > 100:
