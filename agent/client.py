@@ -9,11 +9,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import grpc
 
+from synergy.agent.report import Hold, task_usage
 from synergy.agent.tasks import Phase, Task
+from synergy.agent.telemetry import NodeSample
 from synergy.v1 import common_pb2, node_pb2, node_pb2_grpc
 
 RPC_TIMEOUT_S = 5.0
@@ -60,9 +62,11 @@ def open_channel(address: str, tls_ca: str = "", tls_cert: str = "", tls_key: st
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
-def task_status(task: Task, node_id: str) -> node_pb2.TaskStatus:
+def task_status(task: Task, node_id: str, latest: NodeSample | None = None,
+                hold: Hold | None = None) -> node_pb2.TaskStatus:
+    """The task as the daemon sees it, with its latest usage sample and throttle (when any)."""
     k = task.key
-    return node_pb2.TaskStatus(
+    msg = node_pb2.TaskStatus(
         ref=node_pb2.TaskRef(job_id=k.job_id, attempt=k.attempt, rank=k.rank),
         state=_PHASES[task.phase],
         exit_code=task.exit_code,
@@ -74,6 +78,12 @@ def task_status(task: Task, node_id: str) -> node_pb2.TaskStatus:
         ),
         oom_killed=task.oom_killed,
     )
+    sample = latest.tasks.get(str(k)) if latest is not None and task.alive else None
+    if sample is not None:
+        msg.usage.CopyFrom(task_usage(sample))
+    if hold is not None and task.alive:
+        msg.throttle.CopyFrom(hold.to_msg())
+    return msg
 
 
 class NodeClient:
@@ -95,5 +105,7 @@ class NodeClient:
         self.channel.close()
 
 
-def statuses(tasks: Iterable[Task], node_id: str) -> list[node_pb2.TaskStatus]:
-    return [task_status(t, node_id) for t in tasks]
+def statuses(tasks: Iterable[Task], node_id: str, latest: NodeSample | None = None,
+             holds: Mapping[str, Hold] | None = None) -> list[node_pb2.TaskStatus]:
+    holds = holds or {}
+    return [task_status(t, node_id, latest, holds.get(str(t.key))) for t in tasks]

@@ -14,10 +14,10 @@ or above `bw_threshold`; a restore step needs it below `restore_below` (lower) f
 nothing changes. After any action the next `cooldown_samples` observations take none, so
 the effect of one step is measured before the next.
 
-Training throughput comes through `Throughput`: the training job's own reports (the
-daemon will relay its lease reports; until then `report()` is the interface) or, where
-none arrive, the GPU utilisation of its GPUs. The baseline is the mean of the values seen
-while the node was below the bandwidth threshold.
+Training throughput comes through `Throughput`: the training job's own lease reports, which
+the daemon relays with a baseline (its best under the current allocation) on every heartbeat
+reply, or, where none arrive, the GPU utilisation of its GPUs, with the mean of the values
+seen while the node was below the bandwidth threshold as the baseline.
 """
 
 from __future__ import annotations
@@ -113,19 +113,42 @@ def decide(state: State, obs: Observation, policy: Policy = Policy()) -> tuple[S
 
 @dataclass
 class Throughput:
-    """Training throughput per task: reported values (preferred) or GPU utilisation, and their baselines."""
+    """Training throughput per task: the daemon's progress (preferred) or GPU utilisation, and baselines.
+
+    The daemon relays each training job's lease reports on heartbeat replies
+    (`HeartbeatResponse.progress`: samples/s now and the best under the current allocation);
+    `progress()` takes them. A task without them falls back to its GPUs' utilisation, with a
+    baseline learnt here (the mean while the node is uncontended).
+    """
 
     reported: dict[str, float] = field(default_factory=dict)
+    #: the daemon's baseline per reported task (0 = not known yet)
+    baselines: dict[str, float] = field(default_factory=dict)
     _sums: dict[str, tuple[float, int]] = field(default_factory=dict)
 
-    def report(self, task: str, value: float) -> None:
-        """The training job's own throughput (samples/s); the daemon will relay lease reports here."""
+    def report(self, task: str, value: float, baseline: float = 0.0) -> None:
+        """One training task's own throughput (samples/s) and, when known, its baseline."""
         self.reported[task] = value
+        if baseline > 0:
+            self.baselines[task] = baseline
+        else:
+            self.baselines.pop(task, None)
+
+    def progress(self, entries: dict[str, tuple[float, float]]) -> None:
+        """The daemon's latest view, replacing the previous one (a task missing from it stopped reporting)."""
+        for gone in set(self.reported) - set(entries):
+            self.reported.pop(gone, None)
+            self.baselines.pop(gone, None)
+        for task, (value, baseline) in entries.items():
+            self.report(task, value, baseline)
 
     def observe(self, gpu_util: dict[str, float], uncontended: bool) -> dict[str, tuple[float, float]]:
-        """(current, baseline) per training task; baselines learn only while the node is uncontended."""
+        """(current, baseline) per training task; learnt baselines grow only while the node is uncontended."""
         out: dict[str, tuple[float, float]] = {}
         for task, util in gpu_util.items():
+            if self.baselines.get(task, 0.0) > 0:
+                out[task] = (self.reported[task], self.baselines[task])
+                continue
             now = self.reported.get(task, util)
             total, n = self._sums.get(task, (0.0, 0))
             if uncontended and now > 0:
@@ -134,5 +157,7 @@ class Throughput:
             out[task] = (now, total / n if n else 0.0)
         for gone in set(self._sums) - set(gpu_util):
             del self._sums[gone]
+        for gone in set(self.reported) - set(gpu_util):
             self.reported.pop(gone, None)
+            self.baselines.pop(gone, None)
         return out

@@ -4,19 +4,24 @@ Actuators, best first: resctrl MBA (a control group per task whose `schemata` ca
 memory bandwidth at 100 / 2**level percent) where `/sys/fs/resctrl` offers an `MB:` line;
 else the task's cgroup CPU quota halved per level (its cores stay; CODA's "reduce the
 cores by half" without handing cores to other tasks mid-flight). Which tasks are which:
-a task with no GPUs is a CPU-only job, a task with GPUs a training job (the job kind is
-not on the wire yet). Every action is logged (`contention.throttle` / `contention.restore`),
-counted on `/metrics`, and kept in `recent` for describe once the protocol carries it.
+a task with GPUs, or one whose job reports throughput (the daemon's `progress` on heartbeat
+replies), is a training task; any other is a CPU-only job. Every action is logged
+(`contention.throttle` / `contention.restore`), counted on `/metrics`, and the current hold
+of each throttled task (`holds`: level, what was done, since when, why) rides on the
+heartbeats as `TaskStatus.throttle`, so `synergy describe` shows it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import replace
+from typing import Callable
 
 from synergy.agent.bandwidth import Resctrl
 from synergy.agent.contention import Action, Observation, Policy, State, Throughput, decide
+from synergy.agent.report import Hold
 from synergy.agent.tasks import Phase, Supervisor, Task
 from synergy.agent.telemetry import NodeSample
 from synergy.scheduler.daemon.logs import event
@@ -26,7 +31,7 @@ RECENT = 50
 
 class Eliminator:
     def __init__(self, supervisor: Supervisor, log: logging.Logger, policy: Policy = Policy(),
-                 resctrl: Resctrl | None = None) -> None:
+                 resctrl: Resctrl | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.supervisor = supervisor
         self.log = log
         self.policy = policy
@@ -35,6 +40,9 @@ class Eliminator:
         self.throughput = Throughput()
         self.counts = {"throttle": 0, "restore": 0}
         self.recent: deque[Action] = deque(maxlen=RECENT)
+        #: task key -> its current throttle (absent = not throttled)
+        self.holds: dict[str, Hold] = {}
+        self.wall_clock = wall_clock
 
     @property
     def actuator(self) -> str:
@@ -44,8 +52,9 @@ class Eliminator:
         """Decide on one sample and carry the actions out."""
         tasks = {str(t.key): t for t in self.supervisor.tasks.values() if t.phase == Phase.RUNNING}
         seen = {k: t for k, t in tasks.items() if k in sample.tasks}
-        cpu = {k: sample.tasks[k].membw.bytes_per_s for k, t in seen.items() if t.share.gpus == 0}
-        gpu_util = {k: sample.tasks[k].gpu_util_pct for k, t in seen.items() if t.share.gpus > 0}
+        train = {k for k, t in seen.items() if t.share.gpus > 0 or k in self.throughput.reported}
+        cpu = {k: sample.tasks[k].membw.bytes_per_s for k in seen if k not in train}
+        gpu_util = {k: sample.tasks[k].gpu_util_pct for k in train}
         peak = sample.membw_peak.bytes_per_s
         uncontended = peak > 0 and sample.membw.bytes_per_s < self.policy.bw_threshold * peak
         training = self.throughput.observe(gpu_util, uncontended)
@@ -54,7 +63,27 @@ class Eliminator:
                                      Observation(sample.membw.bytes_per_s, peak, cpu, training), self.policy)
         for a in actions:
             self._apply(tasks[a.task], a)
+        self._sync_holds(tasks)
         return actions
+
+    def _sync_holds(self, running: dict[str, Task]) -> None:
+        """Holds follow the tasks' levels (a re-adopted throttled task gets one without a reason)."""
+        for key in list(self.holds):
+            if key not in running or not running[key].throttle_level:
+                del self.holds[key]
+        for key, t in running.items():
+            if t.throttle_level and key not in self.holds:
+                self.holds[key] = Hold(t.throttle_level, self.describe_action(t, t.throttle_level, t.throttle_via),
+                                       self.wall_clock(), "throttled before the agent restarted")
+
+    @staticmethod
+    def describe_action(task: Task, level: int, via: str) -> str:
+        """What a level means for this task, in words for describe."""
+        if via == "mba":
+            return f"mba {max(10, 100 // 2**level)}%"
+        cores = task.share.cpus or len(task.cores)
+        return f"cpu quota halved to {cores / 2**level:g} cores" if level == 1 else \
+            f"cpu quota 1/{2**level} to {cores / 2**level:g} cores"
 
     def _apply(self, task: Task, a: Action) -> None:
         via = self.actuator
@@ -63,6 +92,10 @@ class Eliminator:
             if not self.mba.set_mba(task.cgroup, pids, 100 // 2**a.level):
                 via = "quota"
         done = self.supervisor.set_throttle(task.key, a.level, via)
+        if done and a.level > 0:
+            self.holds[a.task] = Hold(a.level, self.describe_action(task, a.level, via), self.wall_clock(), a.reason)
+        elif done:
+            self.holds.pop(a.task, None)
         self.counts[a.kind] += 1
         self.recent.append(a)
         event(self.log, f"contention.{a.kind}", level=logging.WARNING if a.kind == "throttle" else logging.INFO,

@@ -32,6 +32,7 @@ from synergy.agent.cores import format_cpu_list
 from synergy.agent.gpus import GIB, Gpus, discover
 from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
+from synergy.agent.report import node_telemetry_extras, pct
 from synergy.agent.tasks import Supervisor, TaskKey
 from synergy.agent.telemetry import NodeSample, Sampler
 from synergy.scheduler.daemon.logs import configure, event
@@ -154,7 +155,7 @@ class Agent:
                 common_pb2.GpuInfo(index=g.index, uuid=g.uuid, name=g.name, memory_gb=g.memory_gb)
                 for g in self.gpus.gpus
             ],
-            tasks=statuses(self.supervisor.tasks.values(), cfg.node_id),
+            tasks=self._statuses(),
             agent_version=VERSION,
             instance_id=self.instance_id,
             cgroup_mode=self.cgroups.kind,
@@ -169,21 +170,35 @@ class Agent:
             per_cpu = psutil.cpu_percent(percpu=True)
             mine = [per_cpu[c] for c in self.cfg.cores if c < len(per_cpu)]
             util, mem_gb, at = (sum(mine) / len(mine) if mine else 0.0), psutil.virtual_memory().used / GIB, time.time()
-        return common_pb2.NodeTelemetry(
+        msg = common_pb2.NodeTelemetry(
             collected_at_unix_s=at,
-            cpu_util_pct=util,
+            cpu_util_pct=pct(util),
             mem_used_gb=mem_gb,
             load_avg_1m=os.getloadavg()[0],
             gpus=[
                 common_pb2.GpuTelemetry(
                     index=s.index,
-                    utilization_pct=s.utilization_pct,
+                    utilization_pct=pct(s.utilization_pct),
                     memory_used_gb=s.memory_used_gb,
                     temperature_c=s.temperature_c,
                 )
                 for s in self.gpus.sample()
             ],
         )
+        if latest is not None:
+            node_telemetry_extras(msg, latest)
+        return msg
+
+    def _statuses(self) -> list[node_pb2.TaskStatus]:
+        """Every task with its latest usage sample and, while throttled, the eliminator's hold."""
+        holds = self.eliminator.holds if self.eliminator is not None else None
+        return statuses(self.supervisor.tasks.values(), self.cfg.node_id, self.latest, holds)
+
+    def _progress(self, progress: Sequence[node_pb2.TaskProgress]) -> None:
+        """The daemon's throughput vs baseline of the node's training tasks -> the eliminator."""
+        if self.eliminator is not None:
+            self.eliminator.throughput.progress(
+                {str(TaskKey.of(p.ref)): (p.throughput, p.baseline_throughput) for p in progress})
 
     def _log_path(self, ref: node_pb2.TaskRef) -> Path | None:
         task = self.supervisor.tasks.get(TaskKey.of(ref))
@@ -214,7 +229,7 @@ class Agent:
         request = node_pb2.HeartbeatRequest(
             node_id=self.cfg.node_id,
             telemetry=self._telemetry(),
-            tasks=statuses(self.supervisor.tasks.values(), self.cfg.node_id),
+            tasks=self._statuses(),
             instance_id=self.instance_id,
             log_chunks=logrelay.answer(self.log_requests, self._log_path),
         )
@@ -235,6 +250,7 @@ class Agent:
             raise
         self.interval_s = reply.heartbeat_interval_s or self.interval_s
         self.log_requests = list(reply.log_requests)  # answered in the next heartbeat (agent/logrelay.py)
+        self._progress(reply.progress)
         self.apply(reply.instructions, reply.forget)
 
     def apply(self, instructions: Sequence[node_pb2.Instruction], forget: Sequence[node_pb2.TaskRef]) -> None:

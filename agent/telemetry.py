@@ -138,6 +138,10 @@ class TaskSample:
     gpu_memory_used_gb: float = 0.0
     #: where the counters came from: "cgroup v1", "cgroup v2" (+ procfs) or "procfs"
     source: str = "procfs"
+    #: cumulative since the task started (what heartbeats carry; the rates above are for /metrics)
+    page_faults: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,9 @@ class Sampler:
             gpu_util_pct=sum(g.utilization_pct for g in gpus) / len(gpus) if gpus else 0.0,
             gpu_memory_used_gb=sum(g.memory_used_gb for g in gpus),
             source="procfs" if kind == "none" else f"cgroup {kind} + procfs",
+            page_faults=minflt,
+            read_bytes=rb,
+            write_bytes=wb,
         )
 
     def _node_cpu(self, now: float) -> tuple[float, float]:

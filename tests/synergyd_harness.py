@@ -56,7 +56,11 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def channel(address: str) -> grpc.Channel:
+def channel(address: str, tls_ca: bytes | None = None) -> grpc.Channel:
+    """Plaintext, or TLS verified against `tls_ca` (PEM) when given."""
+    if tls_ca:
+        return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=tls_ca),
+                                   options=CHANNEL_OPTIONS)
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
@@ -73,6 +77,8 @@ class DaemonProcess:
         self.round_s = round_s
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
+        #: the CA that verifies a daemon started with --tls-cert (admin() then speaks TLS)
+        self.tls_ca: Path | None = None
         self.log_path = self.state_dir.parent / f"{self.state_dir.name}.log"
 
     def argv(self) -> list[str]:
@@ -146,14 +152,14 @@ class DaemonProcess:
         return self.proc.returncode
 
     def admin(self) -> Admin:
-        return Admin(self.address, self.admin_token)
+        return Admin(self.address, self.admin_token, self.tls_ca.read_bytes() if self.tls_ca else None)
 
 
 class Admin:
     """The CLI's side: AdminService with the admin token."""
 
-    def __init__(self, address: str, token: str) -> None:
-        self.channel = channel(address)
+    def __init__(self, address: str, token: str, tls_ca: bytes | None = None) -> None:
+        self.channel = channel(address, tls_ca)
         self.stub = admin_pb2_grpc.AdminServiceStub(self.channel)
         self.md = md(token)
 

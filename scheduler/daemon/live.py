@@ -27,6 +27,8 @@ class ObservedTask:
     oom_killed: bool = False
     #: Latest usage sample (ResourceUsage in dict form; empty = none yet). Live only.
     usage: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    #: The agent's contention eliminator throttles it (TaskThrottle in dict form; empty = not). Live only.
+    throttle: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass

@@ -61,6 +61,9 @@ class Metrics:
         self.node_mem_bandwidth_peak = Gauge(
             "synergyd_node_mem_bandwidth_peak_gbps", "Calibrated peak memory bandwidth of the node, GB/s, by source.",
             ["node", "source"], registry=r)
+        self.node_throttled_tasks = Gauge(
+            "synergyd_node_throttled_tasks", "Tasks the node's contention eliminator (CODA) throttles now.",
+            ["node"], registry=r)
         self.node_tasks = Gauge("synergyd_node_tasks", "Tasks the node's agent reports.", ["node"], registry=r)
         self.transitions = Counter(
             "synergyd_job_transitions", "Job lifecycle transitions, by target state.", ["to"], registry=r

@@ -33,6 +33,8 @@ class NodeView:
     job_ids: tuple[int, ...]
     last_heartbeat: float
     telemetry: Mapping[str, Any]
+    #: tasks the node's contention eliminator throttles now (live)
+    throttled_tasks: int = 0
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ class NodeBook:
             live.last_heartbeat, live.lost = now, False
             live.telemetry = dict(telemetry)
             live.tasks = {t.key: t for t in tasks}
-            self._gauges(node_id, live.telemetry, len(tasks))
+            self._gauges(node_id, live.telemetry, tasks)
             instructions, forget = self.reconciler.reconcile(node_id)
             logs = ctx.task_logs
             logs.receive(node_id, list(log_chunks))
@@ -147,11 +149,12 @@ class NodeBook:
             progress = ctx.progress.for_node(list(tasks), jobs, ctx.live.jobs)
             return NodeReply(self.view(node), instructions, forget, logs.requests(node_id, now, exited), progress)
 
-    def _gauges(self, node_id: str, telemetry: Mapping[str, Any], tasks: int) -> None:
+    def _gauges(self, node_id: str, telemetry: Mapping[str, Any], tasks: Sequence[ObservedTask]) -> None:
         """The node's /metrics gauges from its latest telemetry (absent figures are not set)."""
         m = self.ctx.metrics
         usage = telemetry.get("usage", {})
-        m.node_tasks.labels(node_id).set(tasks)
+        m.node_tasks.labels(node_id).set(len(tasks))
+        m.node_throttled_tasks.labels(node_id).set(sum(1 for t in tasks if t.throttle))
         m.node_cpu_cores.labels(node_id).set(float(usage.get("cpu_cores", 0.0)))
         m.node_rss_bytes.labels(node_id).set(float(usage.get("rss_bytes", 0)))
         for gauge, bw in ((m.node_mem_bandwidth, usage.get("mem_bandwidth")),
@@ -259,6 +262,7 @@ class NodeBook:
             tuple(j.id for j in jobs),
             live.last_heartbeat if live else 0.0,
             live.telemetry if live else {},
+            sum(1 for t in live.tasks.values() if t.throttle) if live else 0,
         )
 
     def _jobs_on(self, node_id: str) -> list[JobRecord]:

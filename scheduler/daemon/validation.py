@@ -131,9 +131,10 @@ def measurements(msg: Message, field: str) -> None:
     for fd, value in msg.ListFields():
         path = f"{field}.{fd.name}"
         if fd.message_type is not None:
-            items = value if fd.label == fd.LABEL_REPEATED else [value]
+            repeated = fd.is_repeated  # (fd.label is deprecated in protobuf 6)
+            items = value if repeated else [value]
             for i, item in enumerate(items):
-                measurements(item, f"{path}[{i}]" if fd.label == fd.LABEL_REPEATED else path)
+                measurements(item, f"{path}[{i}]" if repeated else path)
         elif fd.type in (fd.TYPE_DOUBLE, fd.TYPE_FLOAT):
             _non_negative(value, path)
             if (fd.name.endswith("_pct") or fd.name.endswith("avg10")) and value > 100:
@@ -145,6 +146,13 @@ def measurements(msg: Message, field: str) -> None:
             raise InvalidArgument(path, f"must be 'resctrl' or 'estimate', got {_show(value)}")
     if msg.DESCRIPTOR.name == "MemoryBandwidth" and msg.gb_per_s and not msg.source:
         raise InvalidArgument(f"{field}.source", "must say where the figure comes from ('resctrl' or 'estimate')")
+
+
+def throttle(msg: Message, field: str) -> None:
+    """A task's TaskThrottle: bounded text, a finite non-negative time (unset = not throttled)."""
+    text(msg.action, f"{field}.action", 256)
+    text(msg.reason, f"{field}.reason", 1024)
+    measurements(msg, field)
 
 
 def log_chunks(chunks: Sequence[Any]) -> None:

@@ -3,73 +3,16 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
 
+from pki import make_pki
 from synergyd_harness import md
 from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2, node_pb2, node_pb2_grpc
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_pki(d: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1 and an agent certificate, all signed by the CA."""
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=synergy-test-ca",
-        cwd=d,
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "agent"):
-        openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            f"/CN={name}",
-            cwd=d,
-        )
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            cwd=d,
-        )
 
 
 def test_tls_and_mutual_tls_for_agents(start_daemon, tmp_path: Path) -> None:

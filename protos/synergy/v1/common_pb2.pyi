@@ -133,6 +133,18 @@ class NodeTelemetry(_message.Message):
     peak_mem_bandwidth: MemoryBandwidth
     def __init__(self, collected_at_unix_s: _Optional[float] = ..., cpu_util_pct: _Optional[float] = ..., mem_used_gb: _Optional[float] = ..., load_avg_1m: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuTelemetry, _Mapping]]] = ..., usage: _Optional[_Union[ResourceUsage, _Mapping]] = ..., peak_mem_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ...) -> None: ...
 
+class TaskThrottle(_message.Message):
+    __slots__ = ("level", "action", "since_unix_s", "reason")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    level: int
+    action: str
+    since_unix_s: float
+    reason: str
+    def __init__(self, level: _Optional[int] = ..., action: _Optional[str] = ..., since_unix_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class MemoryBandwidth(_message.Message):
     __slots__ = ("gb_per_s", "source")
     GB_PER_S_FIELD_NUMBER: _ClassVar[int]

@@ -295,6 +295,12 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
              fmt_bytes(t.usage.rss_bytes) if t.HasField("usage") else "-",
              fmt_bandwidth(t.usage.mem_bandwidth if t.usage.HasField("mem_bandwidth") else None))
             for t in job.tasks])]
+        held = [t for t in job.tasks if t.HasField("throttle")]
+        if held:  # CODA's contention eliminator holds these back (agent side, live)
+            parts += [Text(""), table("Throttled (contention eliminator)", ["RANK", "LEVEL", "ACTION", "SINCE", "REASON"],
+                                      [(t.rank, t.throttle.level, t.throttle.action,
+                                        fmt_time(t.throttle.since_unix_s) if t.throttle.since_unix_s else "-",
+                                        t.throttle.reason) for t in held])]
     if job.placements:
         parts += [Text(""), table("Allocation", ["NODE", "GPUS", "CPUS", "MEM GB"],
                                   [(p.node_id, p.gpus, fmt_num(p.cpus), fmt_num(p.mem_gb))

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="List registered nodes: state, free/allocatable resources, jobs, "
                                    "last heartbeat.")
     p.add_argument("--wide", action="store_true",
-                   help="more telemetry: RSS, I/O, pressure (PSI), GPU use, cgroup mode")
+                   help="more telemetry: RSS, I/O, pressure (PSI), GPU use, cgroup mode, "
+                        "tasks the contention eliminator throttles")
     p.set_defaults(func=list_nodes)
     for name, (_, _, short, long) in ACTIONS.items():
         p = sub.add_parser(name, help=short, description=long)
@@ -75,7 +76,7 @@ def change_node(args: argparse.Namespace, connect: Connect) -> Result:
 
 
 MEMORY_NOT_ENFORCED = "memory not enforced"
-WIDE_COLUMNS = ("RSS", "IO R/W", "PSI some/full %", "GPU UTIL", "CGROUPS")
+WIDE_COLUMNS = ("RSS", "IO R/W", "PSI some/full %", "GPU UTIL", "CGROUPS", "THROTTLED")
 
 
 def memory_unenforced(n: admin_pb2.NodeInfo) -> bool:
@@ -93,11 +94,11 @@ def _bandwidth(n: admin_pb2.NodeInfo) -> str:
 def _wide(n: admin_pb2.NodeInfo) -> tuple[str, ...]:
     u = n.telemetry.usage
     if not (n.HasField("telemetry") and n.telemetry.HasField("usage")):
-        return ("-", "-", "-", "-", n.cgroup_mode or "-")
+        return ("-", "-", "-", "-", n.cgroup_mode or "-", str(n.throttled_tasks))
     gpus = n.telemetry.gpus
     gpu = f"{fmt_num(sum(g.utilization_pct for g in gpus) / len(gpus))}%" if gpus else "-"
     return (fmt_bytes(u.rss_bytes), f"{fmt_bytes(u.io_read_bytes)}/{fmt_bytes(u.io_write_bytes)}",
-            fmt_pressure(u), gpu, n.cgroup_mode or "-")
+            fmt_pressure(u), gpu, n.cgroup_mode or "-", str(n.throttled_tasks))
 
 
 def _state(node: admin_pb2.NodeInfo) -> str:

@@ -147,6 +147,7 @@ def task_from_msg(m: node_pb2.TaskStatus, node_id: str) -> ObservedTask | None:
         placement=placement_from_msg(m.placement, node_id, force_node=True) if m.HasField("placement") else None,
         oom_killed=m.oom_killed,
         usage=MessageToDict(m.usage, preserving_proto_field_name=True) if m.HasField("usage") else {},
+        throttle=MessageToDict(m.throttle, preserving_proto_field_name=True) if m.HasField("throttle") else {},
     )
 
 
@@ -173,6 +174,7 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
         agent_version=n.agent_version,
         cgroup_mode=n.cgroup_mode,
         memory_enforced=n.memory_enforced,
+        throttled_tasks=v.throttled_tasks,
     )
     if v.telemetry:
         info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))
@@ -183,6 +185,8 @@ def task_to_info(node_id: str, t: ObservedTask) -> admin_pb2.TaskInfo:
     info = admin_pb2.TaskInfo(rank=t.key.rank, node_id=node_id, state=t.phase.value, pid=t.pid)
     if t.usage:
         info.usage.CopyFrom(ParseDict(t.usage, common_pb2.ResourceUsage()))
+    if t.throttle:
+        info.throttle.CopyFrom(ParseDict(t.throttle, common_pb2.TaskThrottle()))
     return info
 
 

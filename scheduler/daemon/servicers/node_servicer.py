@@ -26,6 +26,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         for i, t in enumerate(tasks):
             validation.text(t.message, f"tasks[{i}].message", 64 * 1024)
             validation.measurements(t.usage, f"tasks[{i}].usage")
+            validation.throttle(t.throttle, f"tasks[{i}].throttle")
             task = convert.task_from_msg(t, node_id)
             if task is None:
                 continue
