@@ -63,3 +63,28 @@ def test_drained_job_checkpoints_moves_and_resumes_exactly(cluster, tmp_path: Pa
         assert ids == list(range(96)), f"epoch {epoch}: a batch repeated or skipped"
     assert info.attempt >= 2 and (tmp_path / "ckpt").exists()
     assert any(p.name.startswith("step-") for p in (tmp_path / "ckpt").iterdir())
+
+
+def test_two_rank_gloo_job_stops_at_the_same_step_and_resumes_together(cluster, tmp_path: Path) -> None:
+    d, _ = cluster
+    admin = d.admin()
+    rec = tmp_path / "batches.txt"
+    job = admin.submit("iter2", gpus=2, command=(
+        sys.executable, "-u", SCRIPT, "--record", str(rec), "--samples", "96", "--epochs", "1",
+        "--step-s", "0.03", "--elastic", "--gloo"), working_dir=str(tmp_path),
+        checkpoint_dir=str(tmp_path / "ckpt")).id
+    wait_for(lambda: rec.exists() and len(rec.read_text().splitlines()) >= 6, timeout=60, what="training to start")
+    for p in admin.describe(job).placements:
+        admin.DrainNode(admin_pb2.DrainNodeRequest(node_id=p.node_id, reason="test"))
+    wait_for(lambda: any((tmp_path / "ckpt").glob("step-*/rank1.pt")), timeout=60, what="both ranks to checkpoint")
+    steps = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert {f.name for f in (tmp_path / "ckpt" / steps[-1]).iterdir()} >= {"rank0.pt", "rank1.pt"}  # same step
+    for n in ("n1", "n2"):
+        admin.ResumeNode(admin_pb2.ResumeNodeRequest(node_id=n))
+    wait_for(lambda: admin.state(job) == "succeeded", timeout=90,
+             what=f"the job to finish (is {admin.state(job)}: {admin.describe(job).state_reason})")
+    assert admin.describe(job).attempt >= 2
+    admin.close()
+    rows = records(rec)
+    ids = sorted(i for r in rows for i in r[3])
+    assert ids == list(range(96))  # both ranks together: each sample once over stop and resume

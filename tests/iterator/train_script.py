@@ -37,9 +37,15 @@ def main() -> None:
     p.add_argument("--elastic", action="store_true")
     p.add_argument("--step-s", type=float, default=0.01)
     p.add_argument("--record", required=True)
+    p.add_argument("--gloo", action="store_true", help="torch.distributed over the contract's rendezvous")
     a = p.parse_args()
     rank = int(os.environ.get("SYNERGY_RANK", "0"))
     world = int(os.environ.get("SYNERGY_WORLD_SIZE", "1"))
+    if a.gloo:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=f"tcp://{os.environ['SYNERGY_MASTER_ADDR']}:"
+                                f"{os.environ['SYNERGY_MASTER_PORT']}", rank=rank, world_size=world)
     torch.manual_seed(0)
     ds = Indexed(a.samples)
     sampler = ElasticSampler(len(ds), rank, world, seed=1) if a.elastic else None
@@ -56,6 +62,9 @@ def main() -> None:
                 loss = torch.nn.functional.mse_loss(model(x), y)
                 opt.zero_grad()
                 loss.backward()
+                if a.gloo:  # every rank must be at the same step or this collective hangs
+                    for prm in model.parameters():
+                        torch.distributed.all_reduce(prm.grad)
                 opt.step()
                 step = loader.lease.step if loader.lease is not None else 0
                 rec.write(f"{step} {rank} {epoch} {loss.item():.6f} {','.join(map(str, ids.tolist()))}\n")
