@@ -37,7 +37,10 @@ def attempt(environ: dict[str, str], epochs: int, stop_at: int, workers: int = 0
             sampler: object = None) -> tuple[list[tuple[int, list[int]]], str]:
     """One process's life: returns ((script epoch, ids) per batch, checkpoint dir or "" at the end)."""
     torch.manual_seed(123)  # the script seeds on every launch; a resume must override it
-    loader = DataLoader(Indexed(N), batch_size=B, shuffle=sampler is None, sampler=sampler, num_workers=workers)
+    # forkserver: this pytest process initialised gRPC before synergy.iterator could turn on gRPC's
+    # fork support (a job script imports the iterator first; see iterator/__init__.py)
+    loader = DataLoader(Indexed(N), batch_size=B, shuffle=sampler is None, sampler=sampler, num_workers=workers,
+                        multiprocessing_context="forkserver" if workers else None)
     model = torch.nn.Linear(4, 1)
     it = SynergyIterator(loader, state={"model": model}, environ=environ)
     assert it.lease is not None
