@@ -1,0 +1,112 @@
+"""SynergyIterator figures: per-batch cost of the wrap, lease renewal p99, checkpoint MB/s vs dd.
+
+    .venv/bin/python benchmarks/iterator.py
+
+Per-batch: a loader of pre-made tensors (a list), iterated bare and wrapped in managed mode
+(the lease thread talking to a real synergyd on loopback, a simulated agent's job token). Renewal p99: RenewLease against
+that synergyd vs a bare unary gRPC call (a ReportCompletion refused
+at validation) in the same run. Checkpoint: `atomic_save` of a 256 MB state vs `dd ... conv=fsync`
+to the same directory. STOP → exit 75 is printed by the iterator itself on every stop
+("... s after STOP") and measured by tests/iterator/test_iterator_e2e.py's job.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from synergyd_harness import DaemonProcess, FakeAgent, wait_for  # noqa: E402
+
+from synergy.agent.contract import JobEnv  # noqa: E402
+from synergy.iterator import SynergyIterator, checkpoint  # noqa: E402
+from synergy.iterator.lease import LeaseKeeper  # noqa: E402
+from synergy.v1 import job_pb2  # noqa: E402
+
+
+def per_batch(env: dict[str, str], n: int = 200_000) -> tuple[float, float]:
+    data = [torch.zeros(1)] * n
+    best_bare = best_wrap = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _b in data:
+            pass
+        best_bare = min(best_bare, (time.perf_counter() - t) / n)
+        it = SynergyIterator(data, state={}, environ=env)
+        t = time.perf_counter()
+        for _b in it:
+            pass
+        best_wrap = min(best_wrap, (time.perf_counter() - t) / n)
+        assert it.lease is not None
+        it.lease.report_patience_s = 0
+        it.lease.close()
+    return best_bare * 1e6, best_wrap * 1e6
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100)[98] * 1e3
+
+
+def renewal(env: JobEnv, n: int = 300) -> tuple[float, float]:
+    lease = LeaseKeeper(env, 1)
+    req = job_pb2.RenewLeaseRequest(job_id=env.job_id, attempt=env.attempt, rank=0, step=1, steps_per_s=1)
+    bad = job_pb2.ReportCompletionRequest(job_id=env.job_id)  # refused at validation: a bare unary round trip
+    renew, bare = [], []
+    for _ in range(n):
+        t = time.perf_counter()
+        lease.stub.RenewLease(req, metadata=lease.md, timeout=5)
+        renew.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        try:
+            lease.stub.ReportCompletion(bad, metadata=lease.md, timeout=5)
+        except Exception:  # noqa: BLE001 - INVALID_ARGUMENT expected
+            pass
+        bare.append(time.perf_counter() - t)
+    lease.close()
+    return p99(renew), p99(bare)
+
+
+def ckpt_vs_dd(directory: Path, mb: int = 256) -> tuple[float, float]:
+    blob = {"position": {}, "state": torch.zeros(mb * 2**20 // 4)}
+    t = time.perf_counter()
+    checkpoint.atomic_save(blob, directory / "bench" / "rank0.pt")
+    ours = mb / (time.perf_counter() - t)
+    t = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={directory / 'dd.bin'}", "bs=1M", f"count={mb}", "conv=fsync"],
+                   check=True, capture_output=True)
+    dd = mb / (time.perf_counter() - t)
+    return ours, dd
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = DaemonProcess(Path(tmp) / "state").start()
+        try:
+            agent = FakeAgent(d.address, d.cluster_token, "n1").start()
+            admin = d.admin()
+            job = admin.submit("bench", gpus=1, env={"FAKE_STEPS": "1000000"}).id
+            admin.close()
+            task = wait_for(lambda: next(iter(agent.tasks.values()), None), timeout=30, what="the job to launch")
+            token = task.spec.job_token
+            env = JobEnv(job_id=job, attempt=1, rank=0, world_size=1, daemon_address=d.address,
+                         job_token=token, checkpoint_dir=str(Path(tmp) / "ckpt"))
+            bare, wrapped = per_batch(env.to_env())
+            print(f"per batch: bare {bare:.3f} us, wrapped {wrapped:.3f} us, added {wrapped - bare:.3f} us "
+                  f"(target <= 1 us)")
+            r, b = renewal(env)
+            print(f"loopback p99: RenewLease {r:.2f} ms, bare unary call {b:.2f} ms")
+            agent.stop()
+        finally:
+            d.kill()
+        ours, dd = ckpt_vs_dd(Path(tmp))
+        print(f"checkpoint write: {ours:.0f} MB/s (temp+fsync+rename+fsync dir) vs dd conv=fsync {dd:.0f} MB/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""`SynergyIterator`: the one line a training script adds.
+
+    loader = SynergyIterator(loader, state={"model": model, "optimizer": opt})
+
+Managed (started by synergy-agent, the contract of `synergy.agent.contract` in the
+environment): a background `LeaseKeeper` registers and renews; at the daemon's agreed
+`stop_at_step` the wrap checkpoints `state` and its `Position` and exits 75; on relaunch it
+restores both and continues with the next unconsumed batch. Standalone (no contract): batches
+pass through unchanged.
+
+Epochs across a relaunch: the script's own epoch loop starts again from its first epoch, so
+the first `epoch` iterations of the wrap after a resume (epochs the job already finished)
+yield nothing, the next one continues mid-epoch, and the rest are ordinary.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from synergy.agent import contract
+from synergy.agent.contract import JobEnv
+from synergy.iterator import checkpoint
+from synergy.iterator.checkpoint import CheckpointError
+from synergy.iterator.lease import LeaseKeeper
+from synergy.iterator.position import ElasticSampler, IndexCursor, Position, rng_states, set_rng_states
+
+#: Exit code of a checkpointed stop ("restart me later"; docs/daemon.md).
+EXIT_PREEMPTED = 75
+EXIT_TERMINATED = 143
+EXIT_FAILED = 1
+
+
+def _say(msg: str) -> None:
+    print(f"synergy.iterator: {msg}", file=sys.stderr, flush=True)
+
+
+class SynergyIterator:
+    """Wraps a DataLoader (any sampler) or a DALI-style iterator; see the module docstring."""
+
+    def __init__(self, loader: Any, state: Mapping[str, Any] | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.loader = loader
+        self.state = dict(state or {})
+        env_map = sys.modules["os"].environ if environ is None else environ
+        self.env: JobEnv | None = None
+        self.lease: LeaseKeeper | None = None
+        self.position = Position()
+        self.stopped_step = 0
+        if contract.JOB_ID not in env_map:
+            _say("no synergy-agent contract in the environment: running standalone "
+                 "(no lease, no checkpoints)")
+            return
+        try:
+            self.env = JobEnv.from_env(env_map)
+        except ValueError as exc:
+            self._fail(str(exc))
+        env = self.env
+        assert env is not None
+        self.position.world_size = env.world_size
+        self.batch_size = int(getattr(loader, "batch_size", None) or 1)
+        self.cursor = self._install_cursor(loader)
+        self.sampler = self._sampler(loader)
+        self._iterations = 0          # wrap iterations in this process (the script's epochs)
+        self._resume: dict[str, Any] | None = None
+        self._global_base = 0         # global samples consumed at the resume point
+        self._batches_base = 0
+        self._failed = False
+        self.lease = LeaseKeeper(env, self.batch_size)
+        try:
+            if env.checkpoint_dir:
+                checkpoint.check_writable(env.checkpoint_dir)
+            if env.resume_checkpoint:
+                self._load(env.resume_checkpoint)
+        except CheckpointError as exc:
+            self._fail(str(exc))
+        self.lease.start()
+        atexit.register(self._at_exit)
+        prev_hook = sys.excepthook
+
+        def hook(tp: type[BaseException], value: BaseException, tb: Any) -> None:
+            self._failed = True
+            if self.lease is not None and env.rank == 0:
+                self.lease.report_completion(False, self.lease.step, f"{tp.__name__}: {value}")
+            prev_hook(tp, value, tb)
+
+        sys.excepthook = hook
+
+    # -- setup -------------------------------------------------------------------------------------
+    @staticmethod
+    def _install_cursor(loader: Any) -> IndexCursor | None:
+        """Put an IndexCursor around a DataLoader's index sampler (None for other iterables)."""
+        name = "batch_sampler" if getattr(loader, "batch_sampler", None) is not None else "sampler"
+        inner = getattr(loader, name, None)
+        if inner is None or not hasattr(loader, "_index_sampler"):
+            return None
+        cursor = IndexCursor(inner)
+        object.__setattr__(loader, name, cursor)  # DataLoader forbids it via __setattr__ only
+        return cursor
+
+    @staticmethod
+    def _sampler(loader: Any) -> Any:
+        bs = getattr(loader, "batch_sampler", None)
+        bs = getattr(bs, "inner", bs)
+        return getattr(bs, "sampler", None) or getattr(loader, "sampler", None)
+
+    def _load(self, path: str) -> None:
+        assert self.env is not None and self.lease is not None
+        data = checkpoint.load(path, self.env.rank)
+        shared = data if "state" in data else checkpoint.load(path, 0)
+        missing = sorted(set(self.state) - set(shared.get("state", {})))
+        if missing:
+            raise CheckpointError(f"cannot resume: checkpoint {path} has no state for {', '.join(missing)}")
+        for key, obj in self.state.items():
+            obj.load_state_dict(shared["state"][key])
+        pos = Position.from_dict(data["position"])
+        self.position = Position(epoch=pos.epoch, batches=pos.batches, global_samples=pos.global_samples,
+                                 step=pos.step, world_size=self.env.world_size)
+        self.lease.step = pos.step
+        self._resume = data
+        _say(f"resuming from {path}: step {pos.step}, epoch {pos.epoch}, batch {pos.batches}"
+             + (f" (world size {pos.world_size} -> {self.env.world_size})"
+                if pos.world_size != self.env.world_size else ""))
+
+    # -- iteration ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.lease is None:
+            return iter(self.loader)
+        return self._epoch()
+
+    def _start_epoch(self) -> Iterator[Any] | None:
+        """The loader iterator for this wrap iteration, positioned; None for an already-done epoch."""
+        pos, it_index = self.position, self._iterations
+        self._iterations += 1
+        resume = self._resume
+        if resume is not None and it_index < pos.epoch:
+            return None
+        if resume is not None:  # the epoch the checkpoint was taken in
+            self._resume = None
+            old = Position.from_dict(resume["position"])
+            elastic = isinstance(self.sampler, ElasticSampler)
+            if elastic:
+                self.sampler.start = old.global_samples
+            skip = 0 if elastic else old.batches
+            self._global_base, self._batches_base = old.global_samples, old.batches
+            if self.cursor is not None:
+                self.cursor.resume(resume.get("epoch_rng"), skip, resume.get("rng"))
+                return iter(self.loader)
+            it = iter(self.loader)
+            for _ in range(skip):  # no index-level skip (e.g. DALI): read and drop
+                next(it, None)
+            if resume.get("rng") is not None:
+                set_rng_states(resume["rng"])
+            return it
+        pos.epoch, pos.batches = it_index, 0
+        self._global_base = self._batches_base = 0
+        return iter(self.loader)
+
+    def _epoch(self) -> Iterator[Any]:
+        lease = self.lease
+        assert lease is not None
+        pos = self.position
+        if lease.stop_at and lease.step >= lease.stop_at:
+            self._stop()
+        it = self._start_epoch()
+        if it is None:
+            return
+        for batch in it:
+            if lease.stop_at and lease.step >= lease.stop_at:
+                self._stop()
+            if lease.terminate:
+                _say(f"terminated: {lease.stop_reason}")
+                lease.close()
+                raise SystemExit(EXIT_TERMINATED)
+            pos.batches += 1
+            lease.step += 1
+            yield batch
+
+    # -- stop, checkpoint, completion --------------------------------------------------------------
+    def _snapshot(self) -> dict[str, Any]:
+        assert self.env is not None and self.lease is not None
+        pos = self.position
+        pos.step = self.lease.step
+        pos.world_size = self.env.world_size
+        pos.global_samples = self._global_base + (pos.batches - self._batches_base) * self.batch_size * pos.world_size
+        gen = self.cursor.generator if self.cursor is not None else None
+        data: dict[str, Any] = {
+            "position": pos.to_dict(),
+            "epoch_rng": self.cursor.epoch_rng if self.cursor is not None else None,
+            "rng": rng_states(gen),
+        }
+        if self.env.rank == 0:
+            data["state"] = {k: obj.state_dict() for k, obj in self.state.items()}
+        return data
+
+    def checkpoint(self) -> tuple[Path, int]:
+        """Write this rank's checkpoint file for the current step; returns (step dir, bytes)."""
+        assert self.env is not None and self.lease is not None
+        if not self.env.checkpoint_dir:
+            raise CheckpointError("no checkpoint dir in the job spec (checkpoint_dir): cannot stop and resume")
+        step_dir = checkpoint.step_dir(self.env.checkpoint_dir, self.lease.step)
+        size = checkpoint.atomic_save(self._snapshot(), checkpoint.rank_file(step_dir, self.env.rank))
+        return step_dir, size
+
+    def _stop(self) -> None:
+        assert self.lease is not None
+        lease = self.lease
+        try:
+            path, size = self.checkpoint()
+        except CheckpointError as exc:
+            self._fail(str(exc))
+        lease.report_checkpoint(lease.step, str(path))
+        waited = time.monotonic() - lease.stop_received_s
+        _say(f"checkpointed step {lease.step} to {path} ({size} bytes), {waited:.3f} s after STOP: exit 75")
+        self.stopped_step = lease.step
+        lease.close()
+        raise SystemExit(EXIT_PREEMPTED)
+
+    def _fail(self, message: str) -> None:
+        """One line on stderr (the agent's log tail carries it into describe), FAILED, exit 1."""
+        _say(f"error: {message}")
+        self._failed = True
+        if self.lease is not None and self.env is not None and self.env.rank == 0:
+            # bounded: a job that cannot start must not hang on a daemon that is down
+            self.lease.report_completion(False, self.lease.step, message, patience_s=2.0)
+        if self.lease is not None:
+            self.lease.close()
+        raise SystemExit(EXIT_FAILED)
+
+    def _at_exit(self) -> None:
+        lease = self.lease
+        if lease is None or self.env is None or lease._closed.is_set():
+            return
+        if not self._failed and self.env.rank == 0:
+            lease.report_completion(True, lease.step)
+        lease.close()
