@@ -7,6 +7,7 @@ with `--cpus` / `--memory`, so several agents can share one machine without over
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import socket
@@ -194,11 +195,14 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
     if not 0 <= ns.reserve_cpus < len(cores):
         raise ConfigError(f"--reserve-cpus: must be between 0 and {len(cores) - 1} (the slice has {len(cores)} "
                           f"cores), got {ns.reserve_cpus}")
+    # The daemon learns sizes in MB steps (RegisterNode sends 3 decimals of GB): the agent keeps
+    # the same figure, rounded down, so it never refuses a share the daemon thinks fits.
     machine_gb = psutil.virtual_memory().total / GIB
     mem_gb = parse_size_gb(ns.memory, "--memory") if ns.memory else machine_gb
+    mem_gb = math.floor(mem_gb * 1000) / 1000
     if not 0 < mem_gb <= machine_gb + 1e-9:
         raise ConfigError(f"--memory: must be more than 0 and at most the machine's {machine_gb:.1f}G")
-    reserve_mem = parse_size_gb(ns.reserve_mem, "--reserve-mem")
+    reserve_mem = math.ceil(parse_size_gb(ns.reserve_mem, "--reserve-mem") * 1000) / 1000
     if reserve_mem >= mem_gb:
         raise ConfigError(f"--reserve-mem: {reserve_mem:g}G leaves nothing of --memory {mem_gb:g}G")
     if ns.fake_gpus is not None and not 0 <= ns.fake_gpus <= 64:

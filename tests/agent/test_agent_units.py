@@ -148,3 +148,16 @@ def test_log_tail_is_bounded(tmp_path: Path) -> None:
     log.write_text("x" * 5000)
     assert len(log_tail(log)) <= 700
     assert log_tail(tmp_path / "missing") == ""
+
+
+def test_memory_is_kept_in_the_steps_the_daemon_sees(tmp_path: Path) -> None:
+    """RegisterNode sends GB with 3 decimals: the agent must not hold a figure above what it
+    advertised (it refused a share as 'needs 23.541 GB, 23.5406 free' when it rounded up)."""
+    token = tmp_path / "t"
+    token.write_text("x" * 20)
+    cfg = from_args(["--daemon", "127.0.0.1:1", "--cluster-token-file", str(token),
+                     "--work-dir", str(tmp_path / "w"), "--memory", "2.00068G", "--reserve-mem", "0.00012G"])
+    assert cfg.mem_gb == 2.0 and cfg.reserve_mem_gb == 0.001
+    machine = from_args(["--daemon", "127.0.0.1:1", "--cluster-token-file", str(token),
+                         "--work-dir", str(tmp_path / "w")])
+    assert round(machine.mem_gb, 3) == machine.mem_gb  # what RegisterNode sends is what it holds
