@@ -14,8 +14,9 @@ from typing import Iterable, Sequence
 from synergy.scheduler.daemon import validation
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import AlreadyExists, FailedPrecondition, NotFound
+from synergy.scheduler.daemon.live import ObservedTask
 from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.daemon.records import AdminState, JobRecord, JobSpec, JobState, Transition
+from synergy.scheduler.daemon.records import AdminState, JobRecord, JobSpec, JobState, Transition, placed_on
 from synergy.scheduler.model import EPS, Placement
 
 #: Exit code a job uses for "I checkpointed; restart me later" (EX_TEMPFAIL).
@@ -167,10 +168,14 @@ class JobBook:
         launched = live is not None and live.attempt == job.attempt and (live.launched or live.ranks)
         # Running since before this daemon started: a previous daemon may have launched it.
         launched = launched or job.history[-1].at_s < self.ctx.started_at
-        if not launched and not self.ctx.live.tasks_of(job.id, job.attempt):
+        if not launched and not self._observed_running(job):
             return self.preempt(replace(job, next_placements=tuple(next_placements)), f"{reason} (before it started)")
         event(self.ctx.log, "job.stop_requested", job=job.id, attempt=job.attempt, reason=reason)
         return replace(job, stop_reason=reason, stop_requested_at=now, next_placements=tuple(next_placements))
+
+    def _observed_running(self, job: JobRecord) -> list[tuple[str, ObservedTask]]:
+        """Not-yet-exited tasks of the current attempt, as reported by the nodes they are placed on."""
+        return [(n, t) for n, t in self.ctx.live.tasks_of(job.id, job.attempt) if placed_on(job, t.key.rank, n)]
 
     def preempt(self, job: JobRecord, reason: str) -> JobRecord:
         """RUNNING -> PREEMPTED -> QUEUED, and straight on to RUNNING when a new allocation waits."""
@@ -193,7 +198,7 @@ class JobBook:
         now = self.ctx.clock.now()
         live = self.ctx.live.job(job.id, job.attempt, now)
         live.exited[rank] = code
-        others_running = bool(self.ctx.live.tasks_of(job.id, job.attempt) or live.unfinished_ranks())
+        others_running = bool(self._observed_running(job) or live.unfinished_ranks())
         if code == EXIT_RESTART and not job.stopping:
             job = replace(job, stop_reason="the job asked to be restarted (exit 75)", stop_requested_at=now)
         if job.stopping:

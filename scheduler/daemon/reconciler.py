@@ -19,7 +19,7 @@ from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook, same_share
 from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.daemon.records import JobRecord, JobState
+from synergy.scheduler.daemon.records import JobRecord, JobState, placed_on
 from synergy.scheduler.model import Placement, Resources
 
 #: A job that reported completion gets this long to exit on its own before it is stopped.
@@ -45,12 +45,6 @@ class Instruction:
     placement: Placement | None = None
     master_hostname: str = ""
     stop_grace_s: float = 0.0
-
-
-def placed_on(job: JobRecord, rank: int, node_id: str) -> bool:
-    """Whether rank `rank` of the job's current attempt is placed on `node_id`: the only
-    node whose reports about that rank count."""
-    return 0 <= rank < len(job.placements) and job.placements[rank].server_id == node_id
 
 
 class Reconciler:

@@ -211,3 +211,9 @@ def node_from_dict(d: Mapping[str, Any]) -> NodeRecord:
         gpus=tuple(d["gpus"]),
     )
     return NodeRecord(**fields)
+
+
+def placed_on(job: JobRecord, rank: int, node_id: str) -> bool:
+    """Whether rank `rank` of the job's current attempt is placed on `node_id`: the only
+    node whose reports about that rank count (another node's report could end or stall it)."""
+    return 0 <= rank < len(job.placements) and job.placements[rank].server_id == node_id
