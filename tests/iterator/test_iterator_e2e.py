@@ -70,7 +70,7 @@ def test_two_rank_gloo_job_stops_at_the_same_step_and_resumes_together(cluster, 
     admin = d.admin()
     rec = tmp_path / "batches.txt"
     job = admin.submit("iter2", gpus=2, command=(
-        sys.executable, "-u", SCRIPT, "--record", str(rec), "--samples", "96", "--epochs", "1",
+        sys.executable, "-u", SCRIPT, "--record", str(rec), "--samples", "960", "--epochs", "1",
         "--step-s", "0.03", "--elastic", "--gloo"), working_dir=str(tmp_path),
         checkpoint_dir=str(tmp_path / "ckpt")).id
     wait_for(lambda: rec.exists() and len(rec.read_text().splitlines()) >= 6, timeout=60, what="training to start")
@@ -87,4 +87,4 @@ def test_two_rank_gloo_job_stops_at_the_same_step_and_resumes_together(cluster, 
     admin.close()
     rows = records(rec)
     ids = sorted(i for r in rows for i in r[3])
-    assert ids == list(range(96))  # both ranks together: each sample once over stop and resume
+    assert ids == list(range(960))  # both ranks together: each sample once over stop and resume
