@@ -27,7 +27,7 @@ class Outcome:
 
 
 def run_synergyd(state_dir: Path, *flags: str, timeout: float = 60.0) -> Outcome:
-    argv = [sys.executable, "-m", "synergy.scheduler.daemon.main", "--state-dir", str(state_dir), "--port", "0",
+    argv = [sys.executable, "-X", "faulthandler", "-m", "synergy.scheduler.daemon.main", "--state-dir", str(state_dir), "--port", "0",
             "--round-s", "1", *flags]
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -39,7 +39,16 @@ def run_synergyd(state_dir: Path, *flags: str, timeout: float = 60.0) -> Outcome
             started = False
         if started or proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=30)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            # A daemon that does not stop on SIGTERM is a defect of its own: say where every
+            # thread was (faulthandler prints them on SIGABRT) instead of only "timed out".
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(timeout=30)
+            err.seek(0)
+            raise AssertionError(f"synergyd (started={started}) did not stop within 60 s of SIGTERM; "
+                                 f"its stderr and thread stacks:\n{err.read()}") from None
         proc.stdout.close()  # type: ignore[union-attr]
         err.seek(0)
         return Outcome(code, started, err.read())
