@@ -1,7 +1,7 @@
 """`make demo`: a whole Synergy cluster on this machine, with a live table and a summary.
 
 Starts synergyd (short rounds) and two synergy-agents with disjoint slices of this
-machine's cores and one fake GPU each, under a temporary dir; submits the jobs of a
+machine's cores and fake GPUs (two each), under a temporary dir; submits the jobs of a
 workload file through the admin API; shows each job's state, node, allocation, throughput
 and profile source, refreshed every second; and ends with each job's completion time and
 the CPU and memory it got against its GPU-proportional share, and the total time.
@@ -61,7 +61,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="demo.py", description=__doc__.split("\n\n")[0],
+        prog="demo.py", description="\n\n".join(__doc__.split("\n\n")[:3]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="The workload file lists job specs in `synergy submit`'s YAML format (docs/cli.md) under "
                "'jobs:', each with an optional submit_at_s; see examples/local_cluster/workload.yaml.",
     )
