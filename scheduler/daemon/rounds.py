@@ -92,12 +92,16 @@ class RoundLoop:
         Nodes are not filtered here: admin state and liveness travel as data on each
         `Server`, and the core's filters (placement/filters.py) decide what they mean.
         """
-        servers = [
+        jobs = [j for j in self.ctx.store.active_jobs() if j.state in (JobState.QUEUED, JobState.RUNNING)]
+        return self.cluster(), jobs
+
+    def cluster(self) -> Cluster:
+        """Every registered node as the core sees it (caller holds the lock): the rounds'
+        input, and what DescribeJob / ListJobs compute a job's proportional share on."""
+        return Cluster(tuple(
             Server(node.id, node.allocatable, admin=node.admin_state, last_heartbeat_s=self.nodes.last_heard(node.id))
             for node in self.ctx.store.nodes()
-        ]
-        jobs = [j for j in self.ctx.store.active_jobs() if j.state in (JobState.QUEUED, JobState.RUNNING)]
-        return Cluster(tuple(servers)), jobs
+        ))
 
     def plan(self) -> Plan:
         ctx = self.ctx

@@ -263,3 +263,29 @@ def test_policy_changes_at_runtime_and_rejects_unknown_names(admin: Admin) -> No
     status = admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest())
     assert (status.policy, status.mechanism, status.max_job_gpus) == ("srtf", "greedy", 8)
     admin.SetPolicy(admin_pb2.SetPolicyRequest(policy="fifo", mechanism="tune"))
+
+
+def test_jobs_carry_their_gpu_proportional_share(tmp_path, start_agent) -> None:
+    """DescribeJob and ListJobs say what a GPU-proportional scheduler would give the job (the
+    demo's summary compares each job's allocation with it): the smallest per-GPU share of any
+    GPU node, times the job's GPUs; nothing for a CPU-only job or before a GPU node exists."""
+    d = DaemonProcess(tmp_path / "state", round_s=0.3).start()
+    a = d.admin()
+    try:
+        early = a.submit("early", gpus=1)
+        assert not early.HasField("proportional_share")
+        start_agent(d, "big", gpus=4, cpus=24, mem_gb=256)     # 6 CPUs and 64 GB per GPU
+        start_agent(d, "small", gpus=2, cpus=8, mem_gb=64)     # 4 CPUs and 32 GB per GPU: the smaller
+        a.submit("pair", gpus=2)
+        a.SubmitJob(admin_pb2.SubmitJobRequest(spec=admin_pb2.JobSpec(
+            name="prep", kind="cpu", cpus_hint=1, mem_gb_hint=1, command=["python", "prep.py"])))
+        share = a.describe("pair").proportional_share
+        assert (share.gpus, share.cpus, share.mem_gb) == (2, 8, 64)
+        assert a.describe("early").proportional_share.cpus == 4
+        assert not a.describe("prep").HasField("proportional_share")
+        listed = {j.name: j for j in a.jobs()}
+        assert listed["pair"].proportional_share.mem_gb == 64
+        assert not listed["prep"].HasField("proportional_share")
+    finally:
+        a.close()
+        d.kill()

@@ -63,7 +63,7 @@ class JobTransition(_message.Message):
     def __init__(self, from_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., at_unix_s: _Optional[float] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("id", "name", "spec", "state", "state_reason", "waiting_reason", "history", "submitted_at_unix_s", "started_at_unix_s", "finished_at_unix_s", "placements", "attempt", "steps_done", "samples_per_s", "attained_gpu_s", "preemptions", "last_checkpoint_path", "last_checkpoint_step", "exit_code", "profile_source", "lease_expires_at_unix_s", "stop_at_step", "tasks")
+    __slots__ = ("id", "name", "spec", "state", "state_reason", "waiting_reason", "history", "submitted_at_unix_s", "started_at_unix_s", "finished_at_unix_s", "placements", "attempt", "steps_done", "samples_per_s", "attained_gpu_s", "preemptions", "last_checkpoint_path", "last_checkpoint_step", "exit_code", "profile_source", "lease_expires_at_unix_s", "stop_at_step", "tasks", "proportional_share")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +87,7 @@ class JobInfo(_message.Message):
     LEASE_EXPIRES_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     STOP_AT_STEP_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    PROPORTIONAL_SHARE_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     spec: JobSpec
@@ -110,7 +111,8 @@ class JobInfo(_message.Message):
     lease_expires_at_unix_s: float
     stop_at_step: int
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., state_reason: _Optional[str] = ..., waiting_reason: _Optional[str] = ..., history: _Optional[_Iterable[_Union[JobTransition, _Mapping]]] = ..., submitted_at_unix_s: _Optional[float] = ..., started_at_unix_s: _Optional[float] = ..., finished_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., attempt: _Optional[int] = ..., steps_done: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., attained_gpu_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., profile_source: _Optional[str] = ..., lease_expires_at_unix_s: _Optional[float] = ..., stop_at_step: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ...) -> None: ...
+    proportional_share: _common_pb2.Resources
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., state_reason: _Optional[str] = ..., waiting_reason: _Optional[str] = ..., history: _Optional[_Iterable[_Union[JobTransition, _Mapping]]] = ..., submitted_at_unix_s: _Optional[float] = ..., started_at_unix_s: _Optional[float] = ..., finished_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., attempt: _Optional[int] = ..., steps_done: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., attained_gpu_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., profile_source: _Optional[str] = ..., lease_expires_at_unix_s: _Optional[float] = ..., stop_at_step: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., proportional_share: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
     __slots__ = ("rank", "node_id", "state", "pid", "usage", "throttle")

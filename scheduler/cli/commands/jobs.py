@@ -181,7 +181,7 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
             return Result({"jobs": []}, Text("no jobs"))
     req = admin_pb2.ListJobsRequest(states=[_state_number(s) for s in states], limit=args.limit)
     with connect() as client:
-        jobs = _all_pages(client, req)
+        jobs = all_jobs(client, req)
     rows = [
         (j.id, j.name, state_text(_state(j)), j.spec.gpus,
          j.spec.model or "-", _where(j), j.steps_done or "-", fmt_age(j.submitted_at_unix_s),
@@ -193,7 +193,7 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
     return Result({"jobs": [to_plain(j) for j in jobs]}, view)
 
 
-def _all_pages(client: Client, req: admin_pb2.ListJobsRequest) -> list[admin_pb2.JobInfo]:
+def all_jobs(client: Client, req: admin_pb2.ListJobsRequest) -> list[admin_pb2.JobInfo]:
     """Every page of ListJobs: one reply of all jobs would outgrow gRPC's message limit."""
     jobs: list[admin_pb2.JobInfo] = []
     seen: set[str] = set()
@@ -268,6 +268,8 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
                                          s.mem_gb_hint and f"{fmt_num(s.mem_gb_hint)} GB") if x) or "-"),
         ("model", " / ".join(x for x in (s.model, s.task) if x) or "-"),
         ("profile", job.profile_source or "-"),
+        ("proportional share", f"{fmt_num(job.proportional_share.cpus)} CPU, {fmt_num(job.proportional_share.mem_gb)} GB"
+         if job.HasField("proportional_share") else "-"),
         ("iterations", s.iterations or "-"),
         ("checkpoint dir", s.checkpoint_dir or "-"),
         ("priority", s.priority),

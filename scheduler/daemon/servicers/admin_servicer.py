@@ -20,7 +20,7 @@ from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
 from synergy.scheduler.daemon.servicers import convert
 from synergy.scheduler.daemon.servicers.base import Servicer, rpc, stream_rpc
-from synergy.scheduler.model import Resources
+from synergy.scheduler.model import Cluster, Resources
 from synergy.scheduler.statedir import TEMP_PREFIX, StateDirError
 from synergy.v1 import admin_pb2, admin_pb2_grpc
 
@@ -34,6 +34,15 @@ LOG_POLL_S = 0.05
 BACKUP_CHUNK_BYTES = 1024 * 1024
 
 
+def proportional_share(job: JobRecord, cluster: Cluster) -> Resources | None:
+    """What a GPU-proportional scheduler gives the job on `cluster` (None: a CPU-only job,
+    or no node with GPUs yet). The one definition is `Cluster.proportional_share`; this only
+    says when it applies."""
+    if job.spec.cpu_only or job.spec.gpus <= 0 or not any(s.capacity.gpus > 0 for s in cluster.servers):
+        return None
+    return cluster.proportional_share(job.spec.gpus)
+
+
 class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     def __init__(
         self, ctx: DaemonContext, jobs: JobBook, nodes: NodeBook, rounds: RoundLoop, started_at: float
@@ -41,13 +50,20 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         super().__init__(ctx)
         self.jobs, self.nodes, self.rounds, self.started_at = jobs, nodes, rounds, started_at
 
-    def _info(self, job: JobRecord, history: bool, full_spec: bool = True) -> admin_pb2.JobInfo:
+    def _info(
+        self, job: JobRecord, history: bool, full_spec: bool = True, cluster: Cluster | None = None
+    ) -> admin_pb2.JobInfo:
+        """`cluster` (the registered nodes, for the proportional share) is built by the caller
+        once per reply, under the lock; None builds it here (the caller holds the lock)."""
         view = self.jobs.view(job)
         live: JobLive | None = self.ctx.live.jobs.get(job.id)
         expires = 0.0
         if live is not None and live.ranks:
             expires = min(r.last_renewal for r in live.ranks.values()) + self.ctx.config.lease_grace
         info = convert.job_to_info(view, history, expires, full_spec)
+        share = proportional_share(job, cluster if cluster is not None else self.rounds.cluster())
+        if share is not None:
+            info.proportional_share.CopyFrom(convert.resources_to_msg(share))
         if history:  # DescribeJob: the current attempt's tasks with their latest usage
             tasks = sorted(self.ctx.live.tasks_of(job.id, job.attempt), key=lambda nt: nt[1].key.rank)
             info.tasks.extend(convert.task_to_info(node_id, t) for node_id, t in tasks)
@@ -73,7 +89,8 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         jobs = sorted(self.jobs.list([s for s in states if s is not None], request.limit), key=lambda j: j.id)
         chunk, next_token = paging.page(jobs, lambda j: j.id, request.page_token, request.page_size)
         with self.ctx.lock:
-            infos = [self._info(j, history=False, full_spec=False) for j in chunk]
+            cluster = self.rounds.cluster()
+            infos = [self._info(j, history=False, full_spec=False, cluster=cluster) for j in chunk]
         return admin_pb2.ListJobsResponse(jobs=infos, next_page_token=next_token)
 
     @rpc

@@ -1,0 +1,221 @@
+"""The demo's local cluster: synergyd and two synergy-agents under one temporary dir.
+
+Everything the demo starts lives under `LocalCluster.root` (state dir, agents' work dirs,
+logs) and every cgroup under one parent named after it, so `stop()` can prove it left
+nothing behind: it stops the agents first (each stops its tasks and removes its cgroups:
+`--stop-tasks-on-exit`), then synergyd, and then sweeps what a crashed or killed child could
+have left: processes whose command line names the root or whose output goes there, and
+processes in (then the directories of) the demo's cgroups.
+
+Every child runs in a session of its own, so a Ctrl-C in the terminal reaches only the
+demo, which then stops the children in the order above (a job's agent must outlive it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from synergy.scheduler.statedir import ADDRESS_FILE
+
+#: Where cgroup controllers are mounted (v1: one folder per controller; v2: the root itself).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Grace for a child to exit after SIGTERM before it is killed: the agents need their
+#: `--stop-grace-s` for their tasks plus a heartbeat.
+AGENT_STOP_S = 20.0
+DAEMON_STOP_S = 15.0
+TASK_STOP_GRACE_S = 3
+
+
+@dataclass
+class Child:
+    """One process the demo started: what it is, and where its output goes."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class LocalCluster:
+    """synergyd plus `len(slices)` agents, one slice of this machine's cores and fake GPUs each."""
+
+    slices: list[list[int]]
+    mem_gb_per_agent: float
+    gpus_per_agent: int
+    round_s: float
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="synergy-demo-")))
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def cgroup_prefix(self) -> str:
+        """Every cgroup of this run starts with it: one parent per agent, `PREFIX-NODE_ID`.
+
+        A parent of its own per agent, because an agent removes its parent at exit only
+        when it is empty: with one shared parent, two agents stopping at once each find
+        the other's group still there and both leave the parent behind."""
+        return self.root.name
+
+    def node_ids(self) -> list[str]:
+        return [f"a{i}" for i in range(len(self.slices))]
+
+    # -- starting ---------------------------------------------------------------------------------
+    def start_daemon(self) -> Child:
+        argv = [sys.executable, "-m", "synergy.scheduler.daemon.main", "--state-dir", str(self.state_dir),
+                "--port", "0", "--round-s", f"{self.round_s:g}", "--log-format", "text"]
+        return self._spawn("synergyd", argv)
+
+    def start_agents(self) -> list[Child]:
+        started = []
+        for node_id, cores in zip(self.node_ids(), self.slices):
+            argv = [sys.executable, "-m", "synergy.agent.main", "--state-dir", str(self.state_dir),
+                    "--node-id", node_id, "--cpus", ",".join(map(str, cores)),
+                    "--memory", f"{self.mem_gb_per_agent:g}G", "--fake-gpus", str(self.gpus_per_agent),
+                    "--work-dir", str(self.root / node_id), "--cgroup-parent", f"{self.cgroup_prefix}-{node_id}",
+                    "--stop-tasks-on-exit", "--stop-grace-s", str(TASK_STOP_GRACE_S),
+                    "--bandwidth-calibration-s", "0.1", "--metrics-port", "-1", "--log-format", "text"]
+            started.append(self._spawn(f"agent {node_id}", argv))
+        return started
+
+    def _spawn(self, name: str, argv: list[str]) -> Child:
+        log = self.root / f"{name.replace(' ', '-')}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        child = Child(name, proc, log)
+        self.children.append(child)
+        return child
+
+    def wait_for_address(self, timeout_s: float) -> None:
+        """synergyd writes its address file once it listens (the CLI client reads it there)."""
+        daemon = self.children[0]
+        deadline = time.monotonic() + timeout_s
+        while not (self.state_dir / ADDRESS_FILE).exists():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"synergyd did not listen within {timeout_s:g} s; see {daemon.log}")
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        for child in self.children:
+            code = child.proc.poll()
+            if code is not None:
+                tail = child.log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise RuntimeError(f"{child.name} exited with code {code}:\n  " + "\n  ".join(tail))
+
+    # -- stopping ---------------------------------------------------------------------------------
+    def stop(self) -> list[str]:
+        """Stop everything, agents first; returns what had to be forced (empty: a clean stop)."""
+        forced: list[str] = []
+        agents = [c for c in self.children if c.name.startswith("agent")]
+        daemons = [c for c in self.children if not c.name.startswith("agent")]
+        for group, grace in ((agents, AGENT_STOP_S), (daemons, DAEMON_STOP_S)):
+            for child in group:
+                _signal(child.proc, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            for child in group:
+                try:
+                    child.proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    forced.append(f"{child.name} (pid {child.proc.pid}) did not stop within {grace:g} s: killed")
+                    _signal(child.proc, signal.SIGKILL)
+                    child.proc.wait()
+        forced += self.sweep()
+        return forced
+
+    def sweep(self) -> list[str]:
+        """Kill any process still tied to the root or in our cgroups, then remove those cgroups."""
+        forced = []
+        for pid in sorted(set(self.stray_pids()) - {os.getpid()}):
+            forced.append(f"left-over process {pid} killed")
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for group in self.cgroup_dirs():
+            forced.append(f"left-over cgroup {group} removed")
+            for d in sorted((p for p in group.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [group]:
+                for _ in range(50):  # a killed process leaves its group a moment later
+                    try:
+                        d.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.1)
+        return forced
+
+    def stray_pids(self) -> list[int]:
+        """Processes whose argv names the root, whose stdout goes under it, or in our cgroups."""
+        root = str(self.root)
+        found: set[int] = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace")
+                out = os.readlink(entry / "fd" / "1") if (entry / "fd").exists() else ""
+            except OSError:
+                continue
+            if root in argv or out.startswith(root + "/"):
+                found.add(int(entry.name))
+        for group in self.cgroup_dirs():
+            for procs in group.rglob("cgroup.procs"):
+                try:
+                    found.update(int(p) for p in procs.read_text().split())
+                except (OSError, ValueError):
+                    continue
+        return sorted(found)
+
+    def cgroup_dirs(self) -> list[Path]:
+        """The demo's cgroup parents under each controller (v1) or the v2 root, where they exist."""
+        return cgroup_dirs(self.cgroup_prefix)
+
+    def remove_root(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def cgroup_dirs(prefix: str) -> list[Path]:
+    """Cgroups named `prefix...` at the top of the v2 tree or of any v1 controller."""
+    if not CGROUP_ROOT.is_dir():
+        return []
+    tops = [CGROUP_ROOT] + [c for c in CGROUP_ROOT.iterdir() if c.is_dir() and not c.name.startswith(prefix)]
+    found = []
+    for top in tops:
+        try:
+            found += [d for d in top.iterdir() if d.is_dir() and d.name.startswith(prefix)]
+        except OSError:
+            continue
+    return sorted(set(found))
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def core_slices(cores: list[int], agents: int) -> list[list[int]]:
+    """Disjoint, contiguous slices of `cores`, as even as possible (2 cores, 2 agents: one each)."""
+    if len(cores) < agents:
+        raise ValueError(f"the demo needs {agents} cores for {agents} agents with disjoint slices; "
+                         f"this process may use {len(cores)} ({cores})")
+    size, extra = divmod(len(cores), agents)
+    out, at = [], 0
+    for i in range(agents):
+        n = size + (1 if i < extra else 0)
+        out.append(cores[at:at + n])
+        at += n
+    return out

@@ -1,0 +1,207 @@
+"""`make demo`: a whole Synergy cluster on this machine, with a live table and a summary.
+
+Starts synergyd (short rounds) and two synergy-agents with disjoint slices of this
+machine's cores and fake GPUs (two each), under a temporary dir; submits the jobs of a
+workload file through the admin API; shows each job's state, node, allocation, throughput
+and profile source, refreshed every second; and ends with each job's completion time and
+the CPU and memory it got against its GPU-proportional share, and the total time.
+
+Ctrl-C (SIGINT) or SIGTERM at any point stops everything: the agents stop their jobs and
+remove their cgroups, synergyd stops, and the temporary dir is removed (`--keep` keeps it,
+with every log and the daemon's database, for `synergy --state-dir DIR ...`).
+
+    .venv/bin/python examples/local_cluster/demo.py [--workload FILE] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+import psutil
+from rich.console import Console
+from rich.live import Live
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))  # the sibling modules, when run as a script from anywhere
+
+from cluster import LocalCluster, core_slices  # noqa: E402
+from watch import JobWatch  # noqa: E402
+from workload import Entry, load_workload  # noqa: E402
+
+from synergy.scheduler.cli.connection import Client, resolve_target  # noqa: E402
+from synergy.scheduler.cli.errors import CliError  # noqa: E402
+from synergy.scheduler.cli.spec import SpecError, wire_spec  # noqa: E402
+from synergy.scheduler.jobspec.proto import spec_to_msg  # noqa: E402
+from synergy.v1 import admin_pb2  # noqa: E402
+
+AGENTS = 2
+#: Exit codes: every job succeeded; a job failed or the deadline passed; the demo could not
+#: run (bad workload, a child that did not start); stopped by a signal (128 + its number).
+EXIT_OK, EXIT_JOBS, EXIT_ERROR = 0, 1, 2
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM arrived: unwind to the cleanup (BaseException, so no handler eats it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signum)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="demo.py", description="\n\n".join(__doc__.split("\n\n")[:3]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="The workload file lists job specs in `synergy submit`'s YAML format (docs/cli.md) under "
+               "'jobs:', each with an optional submit_at_s; see examples/local_cluster/workload.yaml.",
+    )
+    p.add_argument("--workload", type=Path, default=HERE / "workload.yaml", metavar="FILE",
+                   help="the jobs to submit (default: %(default)s)")
+    p.add_argument("--round-s", type=float, default=2.0, metavar="S", help="synergyd's round length (default: 2)")
+    p.add_argument("--gpus", type=int, default=2, metavar="N", help="fake GPUs per agent (default: 2)")
+    p.add_argument("--mem-gb", type=float, default=3.0, metavar="GB", help="memory each agent hands out (default: 3)")
+    p.add_argument("--deadline-s", type=float, default=170.0, metavar="S",
+                   help="cancel jobs still unfinished this long after the start (default: 170, under 3 minutes)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary dir (state dir, logs) and print where")
+    p.add_argument("--plain", action="store_true",
+                   help="print lines instead of a live table (the default when stdout is not a terminal)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a log or a pipe: wide enough for the summary's columns
+        console = Console(highlight=False, width=160)
+    started = time.monotonic()
+    try:
+        workload = load_workload(args.workload, REPO)
+        slices = core_slices(sorted(os.sched_getaffinity(0)), AGENTS)
+    except (SpecError, ValueError) as exc:
+        console.print(f"demo: {exc}", markup=False)
+        return EXIT_ERROR
+    mem_gb = min(args.mem_gb, psutil.virtual_memory().total / 1024**3 / (AGENTS + 1))
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    cluster: LocalCluster | None = None
+    code = EXIT_ERROR
+    try:
+        cluster = LocalCluster(slices, mem_gb, args.gpus, args.round_s)
+        console.print(f"state dir {cluster.root} (cgroups: {cluster.cgroup_prefix}-*); demo pid {os.getpid()}",
+                      markup=False)
+        code = run(cluster, workload, args, console, started)
+    except Stopped as stop:
+        console.print(f"\n{stop}: stopping the cluster", markup=False)
+        code = 128 + stop.signum
+    except (RuntimeError, CliError) as exc:
+        console.print(f"demo: {exc}", markup=False)
+        code = EXIT_ERROR
+    finally:
+        # Nothing interrupts the cleanup: a second Ctrl-C would leave processes behind.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        if cluster is not None:
+            shutdown(cluster, args.keep, console)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    console.print(f"total time {time.monotonic() - started:.1f} s", markup=False)
+    return code
+
+
+def run(cluster: LocalCluster, workload: list[Entry], args: argparse.Namespace, console: Console,
+        started: float) -> int:
+    daemon = cluster.start_daemon()
+    console.print(f"synergyd pid {daemon.proc.pid}, round {args.round_s:g} s", markup=False)
+    cluster.wait_for_address(timeout_s=30)
+    for agent, cores in zip(cluster.start_agents(), cluster.slices):
+        console.print(f"{agent.name} pid {agent.proc.pid}, cores {cores}, {cluster.mem_gb_per_agent:g} GB, "
+                      f"{cluster.gpus_per_agent} fake GPUs", markup=False)
+    with Client(resolve_target(None, str(cluster.state_dir), None)) as client:
+        wait_for_nodes(cluster, client, timeout_s=60)
+        console.print(f"[{time.monotonic() - started:6.1f}s] both nodes registered; submitting "
+                      f"{len(workload)} jobs from {args.workload}", markup=False)
+        watch = JobWatch(client, started)
+        pending = list(workload)
+        up_at = time.monotonic()
+        live_view = console.is_terminal and not args.plain
+        title = lambda: f"Synergy local cluster: {len(cluster.slices)} nodes, round {args.round_s:g} s, " \
+                        f"{time.monotonic() - started:.0f} s"  # noqa: E731
+        with Live(watch.table(title()), console=console, auto_refresh=False, transient=False) if live_view \
+                else _NoLive() as live:
+            while pending or not watch.all_done():
+                while pending and time.monotonic() - up_at >= pending[0].submit_at_s:
+                    entry = pending.pop(0)
+                    client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(wire_spec(entry.spec))))
+                for line in watch.poll():
+                    console.print(line, markup=False)
+                live.update(watch.table(title()), refresh=True)
+                if time.monotonic() - started > args.deadline_s:
+                    cancel_unfinished(client, watch, console, args.deadline_s)
+                    watch.poll()
+                    break
+                cluster.check_alive()
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - started) % 1.0))
+        console.print(watch.summary())
+    ok = all(j.state == "succeeded" for j in watch.jobs.values())
+    return EXIT_OK if ok else EXIT_JOBS
+
+
+class _NoLive:
+    """Stands in for rich's Live when stdout is not a terminal: the event lines say it all."""
+
+    def __enter__(self) -> _NoLive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, renderable: object, refresh: bool = False) -> None:
+        return None
+
+
+def wait_for_nodes(cluster: LocalCluster, client: Client, timeout_s: float) -> None:
+    want = set(cluster.node_ids())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        nodes = {n.node_id for n in client.call("ListNodes", admin_pb2.ListNodesRequest()).nodes}
+        if want <= nodes:
+            return
+        cluster.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"agents {sorted(want - nodes)} did not register within {timeout_s:g} s; "
+                               f"see the logs in {cluster.root} (run with --keep)")
+        time.sleep(0.2)
+
+
+def cancel_unfinished(client: Client, watch: JobWatch, console: Console, deadline_s: float) -> None:
+    for job in watch.jobs.values():
+        if not job.done:
+            console.print(f"{job.name}: not finished after {deadline_s:g} s, cancelled", markup=False)
+            client.call("CancelJob", admin_pb2.CancelJobRequest(job=str(job.id), reason="demo deadline"))
+
+
+def shutdown(cluster: LocalCluster, keep: bool, console: Console) -> None:
+    console.print("stopping the agents (they stop their jobs and remove their cgroups), then synergyd", markup=False)
+    for line in cluster.stop():
+        console.print(f"  {line}", markup=False)
+    if keep:
+        console.print(f"kept {cluster.root}: logs *.log, state dir {cluster.state_dir} "
+                      f"(the daemon is stopped; restart it with synergyd --state-dir {cluster.state_dir})",
+                      markup=False)
+    else:
+        cluster.remove_root()
+        console.print(f"removed {cluster.root}", markup=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
