@@ -8,6 +8,11 @@ Targets on a 2-core machine: TUNE <= 10 ms at 512 GPUs / 1k jobs and <= 100 ms a
 8k jobs; OPT <= 1 s at 128 GPUs / 256 jobs.
 
     python benchmarks/round_latency.py [--repeat 5] [--mechanisms proportional,greedy,tune,opt]
+
+Then, Tesserae's scale points (§7; it reports under 1.6 s at 256 GPUs / 2048 jobs): the whole
+TUNE round with migration matching (placement/migration.py) against last round's plan, with
+1-8 GPU jobs, where a tenth of the jobs are new and the policy order changed. Target <= 100 ms
+at 256 GPUs / 2048 jobs; 4096 GPUs / 8192 jobs is printed. `--migration-only` skips the table above.
 """
 from __future__ import annotations
 
@@ -15,8 +20,10 @@ import argparse
 import random
 import statistics
 import time
+from dataclasses import replace
 
 from synergy.scheduler.model import Cluster, Job, RoundInput
+from synergy.scheduler.placement.migration import count_migrations
 from synergy.scheduler.profiles.zoo import MODELS_BY_TASK, default_profiles
 from synergy.scheduler.registry import build_scheduler
 
@@ -42,7 +49,42 @@ def main() -> None:
     ap.add_argument("--mechanisms", default="proportional,greedy,tune,opt")
     ap.add_argument("--gpus", default="128,512,4096", help="cluster sizes in GPUs")
     ap.add_argument("--multi-gpu", action="store_true", help="mix 1-8 GPU jobs instead of single-GPU jobs")
+    ap.add_argument("--migration-only", action="store_true", help="only the migration-matching scale points")
     args = ap.parse_args()
+    if not args.migration_only:
+        mechanism_table(args)
+    migration_table(args.repeat)
+
+
+#: (GPUs, jobs) of the migration-matching scale points.
+MIGRATION_POINTS = ((256, 2048), (4096, 8192))
+
+
+def migration_table(repeat: int) -> None:
+    """A round decided against last round's plan, with and without relabelling."""
+    print(f"\n{'GPUs':>6} {'jobs':>6} {'TUNE + matching ms':>19} {'TUNE alone ms':>14} {'moved (off -> on)':>18}")
+    for gpus, n in MIGRATION_POINTS:
+        cluster = Cluster.homogeneous(gpus // 8, gpus=8, cpus=24, mem_gb=500)
+        jobs = make_jobs(n, True, random.Random(gpus))
+        rng = random.Random(n)
+        # Last round: nine jobs in ten, in another order (arrival times reshuffled).
+        before = [replace(j, arrival_s=rng.random() * n) for j in jobs if rng.random() < 0.9]
+        previous = build_scheduler("fifo", "tune").schedule(RoundInput(0.0, cluster, before)).allocations
+        inp = RoundInput(300.0, cluster, jobs, previous)
+        cells = []
+        for matching in (True, False):
+            times, out = [], None
+            for _ in range(repeat):
+                sched = build_scheduler("fifo", "tune", migration_matching=matching)
+                t0 = time.perf_counter()
+                out = sched.schedule(inp)
+                times.append((time.perf_counter() - t0) * 1e3)
+            cells.append((statistics.median(times), count_migrations(previous, out.allocations)))
+        (on_ms, on_moved), (off_ms, off_moved) = cells
+        print(f"{gpus:>6} {n:>6} {on_ms:>19.2f} {off_ms:>14.2f} {f'{off_moved} -> {on_moved}':>18}")
+
+
+def mechanism_table(args: argparse.Namespace) -> None:
     print(f"{'GPUs':>6} {'jobs':>6} {'mechanism':>13} {'median ms':>10} {'max ms':>9}")
     for gpus in (int(g) for g in args.gpus.split(",")):
         cluster = Cluster.homogeneous(gpus // 8, gpus=8, cpus=24, mem_gb=500)

@@ -12,6 +12,7 @@ from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.mechanisms.cpu_only import place_cpu_only
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
+from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous
 from synergy.scheduler.policies.base import Policy
 
 #: At most this many filter reasons are quoted in one waiting reason.
@@ -24,6 +25,9 @@ class Scheduler:
     mechanism: Mechanism
     #: Which servers may host what this round (placement/filters.py), run on every server.
     filters: tuple[Filter, ...] = DEFAULT_FILTERS
+    #: After the mechanism: rename interchangeable servers so the fewest running jobs move
+    #: (Tesserae §4.1, placement/migration.py); None places exactly as the mechanism did.
+    relabel: Relabeller | None = relabel_to_previous
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans, CODA CPU arrays) and job kinds get their own
@@ -37,6 +41,8 @@ class Scheduler:
         if cluster.servers:  # policies and mechanisms may assume at least one server
             ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
             out = self.mechanism.allocate(ordered, replace(inp, cluster=cluster, jobs=ordered))
+            if self.relabel is not None and inp.previous:
+                out = replace(out, allocations=self.relabel(out.allocations, inp.previous, cluster))
         allocations = {**out.allocations, **kept}
         cpu_allocs, cpu_waiting = _cpu_only_pass(inp, verdicts, allocations)
         waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)

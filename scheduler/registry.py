@@ -9,6 +9,7 @@ from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.mechanisms.greedy import Greedy
 from synergy.scheduler.mechanisms.proportional import Proportional
 from synergy.scheduler.mechanisms.tune import Tune
+from synergy.scheduler.placement.migration import relabel_to_previous
 from synergy.scheduler.placement.scorers import SCORERS, alignment
 from synergy.scheduler.policies.base import Policy
 from synergy.scheduler.policies.drf import Drf
@@ -44,9 +45,13 @@ def check_scorer(scorer: str | None) -> None:
         raise UnknownNameError(f"unknown scorer {scorer!r}; choose one of {', '.join(SCORERS)}")
 
 
-def build_scheduler(policy: str, mechanism: str, scorer: str | None = None) -> Scheduler:
+def build_scheduler(
+    policy: str, mechanism: str, scorer: str | None = None, migration_matching: bool = True
+) -> Scheduler:
     """The named plug-ins; `scorer` None (or "") keeps each mechanism's own scorer (best fit
-    for TUNE and proportional, first fit for GREEDY, alignment for Tetris + GREEDY)."""
+    for TUNE and proportional, first fit for GREEDY, alignment for Tetris + GREEDY).
+    `migration_matching` False turns off Tesserae's relabelling (placement/migration.py),
+    which is on for every mechanism by default."""
     if policy not in POLICIES:
         raise UnknownNameError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if mechanism not in MECHANISMS:
@@ -58,4 +63,4 @@ def build_scheduler(policy: str, mechanism: str, scorer: str | None = None) -> S
     elif policy == "tetris" and mechanism == "greedy":
         # Naive Tetris places by alignment; the tuned variant keeps TUNE's best fit.
         mech = Greedy(scorer=alignment)
-    return Scheduler(POLICIES[policy](), mech)
+    return Scheduler(POLICIES[policy](), mech, relabel=relabel_to_previous if migration_matching else None)

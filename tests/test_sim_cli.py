@@ -63,6 +63,10 @@ def test_bad_trace_rows(trace_file, body: str, needles: list[str]) -> None:
     (["--profiles", "/nonexistent/p.json"], "--profiles"),
     (["sweep", "--loads", "4,x", "--out", "o"], "--loads"),
     (["--bogus-flag"], "unrecognized"),
+    (["--gpu-mix", "1:0.5,x"], "--gpu-mix"),
+    (["--gpu-mix", "1:0"], "--gpu-mix"),
+    (["--gpu-mix", "64:1", "--servers", "1"], "--gpu-mix"),
+    (["--migration-cost-s", "300"], "--migration-cost-s"),
 ])
 def test_bad_flags_exit_2_with_one_line(args: list[str], needle: str) -> None:
     assert needle in one_line_error(sim(*args))

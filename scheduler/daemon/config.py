@@ -37,6 +37,8 @@ class DaemonConfig:
     mechanism: str = "tune"
     #: Placement scorer by name ("" = the mechanism's own: best fit for tune).
     scorer: str = ""
+    #: Tesserae's migration-minimising relabelling after the mechanism (placement/migration.py).
+    migration_matching: bool = True
     round_s: float = 300.0
     max_job_gpus: int = 64
     profiles: Path | None = None
@@ -108,6 +110,8 @@ HELP: dict[str, str] = {
     "policy": f"scheduling policy: {', '.join(POLICIES)} (default fifo; changeable at runtime)",
     "mechanism": f"allocation mechanism: {', '.join(MECHANISMS)} (default tune)",
     "scorer": f"placement scorer: {', '.join(SCORERS)} (default: the mechanism's own, best_fit for tune)",
+    "migration_matching": "relabel interchangeable nodes after each round's placement so the fewest running jobs "
+    "move (Tesserae; on by default; --no-migration-matching, or migration-matching = false in the TOML, turns it off)",
     "round_s": "round length in seconds: allocations are decided and leases expire per round (default 300)",
     "max_job_gpus": "largest GPU count one job may request; larger requests are rejected (default 64)",
     "profiles": "JSON sensitivity-profile file merged over the built-in model zoo",
@@ -151,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, metavar="FILE.toml", help=text)
             continue
         kind = str(_TYPES[name])
+        if kind == "bool":  # on by default: the flag turns it off
+            parser.add_argument("--no-" + name.replace("_", "-"), dest=name, action="store_false", help=text)
+            continue
         convert: Any = float if "float" in kind else int if "int" in kind else str
         metavar = (
             "DIR"
@@ -200,7 +207,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             raise ConfigError(f"--config {path}: unknown key {key!r}")
         kind = str(_TYPES[name])
         ok = (
-            isinstance(value, str)
+            isinstance(value, bool)
+            if kind == "bool"
+            else isinstance(value, str)
             if name in _PATHS or kind.startswith("str")
             else isinstance(value, (int, float)) and not isinstance(value, bool)
         )

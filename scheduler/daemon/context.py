@@ -63,4 +63,6 @@ class DaemonContext:
         for old, new in changes:
             for t in new.history[len(old.history) if old is not None else 0 :]:
                 self.metrics.transitions.labels(t.to_state.value).inc()
+                if t.to_state.terminal:
+                    self.metrics.job_migrations.observe(new.migrations)
             self.job_tokens.setdefault(token_digest(new.token), new.id)

@@ -30,6 +30,19 @@ class Metrics:
             registry=r,
         )
         self.rounds = Counter("synergyd_rounds", "Rounds applied.", registry=r)
+        # Tesserae's migrations: a running job whose GPUs a round changed (stop, relaunch).
+        self.migrations = Counter(
+            "synergyd_migrations", "Running jobs a round moved to other GPUs (restarted elsewhere).", registry=r
+        )
+        self.round_migrations = Gauge(
+            "synergyd_round_migrations", "Running jobs the last applied round moved to other GPUs.", registry=r
+        )
+        self.job_migrations = Histogram(
+            "synergyd_job_migrations",
+            "Migrations per job, observed when a job ends (succeeded, failed or cancelled).",
+            buckets=(0, 1, 2, 3, 5, 10, 20, 50),
+            registry=r,
+        )
         self.queue_length = Gauge("synergyd_queue_length", "Jobs waiting in QUEUED.", registry=r)
         self.running_jobs = Gauge("synergyd_running_jobs", "Jobs in RUNNING.", registry=r)
         self.jobs = Gauge("synergyd_jobs", "Jobs per lifecycle state.", ["state"], registry=r)

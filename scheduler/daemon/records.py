@@ -84,6 +84,8 @@ class JobRecord:
     samples_per_s: float = 0.0
     attained_gpu_s: float = 0.0
     preemptions: int = 0
+    #: Rounds that moved it while it ran (its GPUs changed: Tesserae's migrations).
+    migrations: int = 0
     checkpoint_path: str = ""
     checkpoint_step: int = 0
     exit_code: int = 0

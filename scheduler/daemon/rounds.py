@@ -6,8 +6,12 @@
 
 * unchanged placement and allocation -> nothing to do, the lease simply keeps renewing;
 * same nodes and GPUs, other CPU / memory -> resized in place (RESIZE to the agents);
-* anything else for a running job -> asked to stop, relaunched with the new allocation
-  as soon as its processes have exited;
+* anything else for a running job -> a migration (counted on /metrics): asked to stop,
+  relaunched with the new allocation as soon as its processes have exited;
+
+"Same" ignores the order of a split job's pieces, and the core relabels interchangeable
+nodes to match the running plan (Tesserae, placement/migration.py), so a round that would
+only rename nodes restarts nothing.
 * not chosen while running -> asked to stop (told at its next renewal); while queued ->
   keeps waiting, with the core's reason.
 """
@@ -26,6 +30,7 @@ from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, RoundInput, Server
+from synergy.scheduler.placement.migration import migrated
 from synergy.scheduler.registry import UnknownNameError, build_scheduler
 
 #: Training length assumed for a job that did not say (orders it last under SRTF / FTF).
@@ -55,7 +60,9 @@ class RoundLoop:
     def __post_init__(self) -> None:
         self.policy = self.ctx.store.setting("policy") or self.ctx.config.policy
         self.mechanism = self.ctx.store.setting("mechanism") or self.ctx.config.mechanism
-        self.scheduler: Scheduler = build_scheduler(self.policy, self.mechanism, self.ctx.config.scorer)
+        self.scheduler: Scheduler = build_scheduler(
+            self.policy, self.mechanism, self.ctx.config.scorer, self.ctx.config.migration_matching
+        )
         if not self.next_boundary:
             self.next_boundary = self.ctx.clock.now() + self.ctx.config.round_s
 
@@ -63,7 +70,7 @@ class RoundLoop:
     def set_policy(self, policy: str, mechanism: str) -> tuple[str, str]:
         policy, mechanism = policy or self.policy, mechanism or self.mechanism
         try:
-            scheduler = build_scheduler(policy, mechanism, self.ctx.config.scorer)
+            scheduler = build_scheduler(policy, mechanism, self.ctx.config.scorer, self.ctx.config.migration_matching)
         except UnknownNameError as exc:
             raise InvalidArgument("mechanism" if "mechanism" in str(exc) else "policy", str(exc)) from None
         with self.ctx.lock:
@@ -129,14 +136,18 @@ class RoundLoop:
         ctx = self.ctx
         with ctx.lock:
             changes = []
+            moved = 0
             for job in ctx.store.active_jobs():
                 new = self._apply_one(job, plan)
                 if new is not None and new is not job:
                     changes.append((job, new))
+                    moved += new.migrations - job.migrations
             if changes:
                 ctx.save_jobs(changes)
             self.round_index = plan.round_index
             ctx.metrics.rounds.inc()
+            ctx.metrics.migrations.inc(moved)
+            ctx.metrics.round_migrations.set(moved)
             event(
                 ctx.log,
                 "round.applied",
@@ -145,6 +156,7 @@ class RoundLoop:
                 placed=len(plan.allocations),
                 waiting=len(plan.waiting),
                 changed=len(changes),
+                migrations=moved,
                 policy=self.policy,
                 mechanism=self.mechanism,
             )
@@ -170,12 +182,14 @@ class RoundLoop:
         if new_place is None:
             why = plan.waiting.get(job.id, "not chosen this round")
             return self.jobs.request_stop(job, f"round {r}: lease not renewed ({why})")
+        if migrated(job.placements, new_place):
+            moving = replace(job, migrations=job.migrations + 1)
+            return self.jobs.request_stop(moving, f"round {r}: moving to {fmt_placements(new_place)}", new_place)
+        new_place = _in_order_of(job.placements, new_place)
         if len(new_place) == len(job.placements) and all(map(same_share, new_place, job.placements)):
             return None
-        if _same_gpus(job.placements, new_place):
-            event(self.ctx.log, "job.resized", job=job.id, round=r, placements=fmt_placements(new_place))
-            return _resized(job, new_place, r)
-        return self.jobs.request_stop(job, f"round {r}: moving to {fmt_placements(new_place)}", new_place)
+        event(self.ctx.log, "job.resized", job=job.id, round=r, placements=fmt_placements(new_place))
+        return _resized(job, new_place, r)
 
     def _core_job(self, job: JobRecord, cluster: Cluster) -> Job:
         live = self.jobs.progress(job)
@@ -196,8 +210,11 @@ class RoundLoop:
         )
 
 
-def _same_gpus(a: Sequence[Placement], b: Sequence[Placement]) -> bool:
-    return [(p.server_id, p.gpus) for p in a] == [(p.server_id, p.gpus) for p in b]
+def _in_order_of(running: Sequence[Placement], new: Sequence[Placement]) -> tuple[Placement, ...]:
+    """`new` (the same nodes and GPUs as `running`) in `running`'s node order: ranks are
+    numbered along the placements, and a rank stays on its node."""
+    position = {p.server_id: k for k, p in enumerate(running)}
+    return tuple(sorted(new, key=lambda p: position.get(p.server_id, len(position))))
 
 
 def _waiting(job: JobRecord, reason: str) -> JobRecord:

@@ -33,7 +33,13 @@ from synergy.scheduler.simulator.metrics import write_utilisation_csv
 from synergy.scheduler.simulator.pool import default_workers
 from synergy.scheduler.simulator.report import print_run, warn_unfinished
 from synergy.scheduler.simulator.trace import COLUMNS, write_trace
-from synergy.scheduler.simulator.workload import DEFAULT_SPLIT, GPU_DEMAND_WEIGHTS, parse_measure, parse_split
+from synergy.scheduler.simulator.workload import (
+    DEFAULT_SPLIT,
+    GPU_DEMAND_WEIGHTS,
+    parse_gpu_mix,
+    parse_measure,
+    parse_split,
+)
 
 PROG = "synergy-sim"
 EXIT_USAGE = 2
@@ -90,6 +96,12 @@ def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) ->
     g.add_argument("--scorer", choices=list(SCORERS), default=None,
                    help="placement scorer (default: the mechanism's own, best_fit for tune; "
                         "the same names as synergyd --scorer)")
+    g.add_argument("--no-migration-matching", dest="migration_matching", action="store_false",
+                   help="place as the mechanism does, without Tesserae's relabelling of interchangeable "
+                        "servers to migrate the fewest jobs (on by default)")
+    g.add_argument("--migration-cost-s", type=float, default=0.0, metavar="SECONDS",
+                   help="work a job redoes each time it migrates (its GPUs change between rounds); "
+                        "below --round-s (default 0: migration is free)")
     g.add_argument("--round-s", type=float, default=DEFAULT_ROUND_S,
                    help=f"scheduling round length in seconds (default {DEFAULT_ROUND_S:g})")
     g.add_argument("--opt-placement-limit", type=float, default=DEFAULT_OPT_PLACEMENT_LIMIT, metavar="SECONDS",
@@ -112,6 +124,9 @@ def _add_workload_flags(p: argparse.ArgumentParser, sweep: bool) -> None:
                    help="multi-GPU trace (1-16 GPUs per job) instead of single-GPU jobs")
     g.add_argument("--static", action="store_true", default=None,
                    help="all jobs arrive at t=0; the run is judged by makespan over every job")
+    g.add_argument("--gpu-mix", default=None, metavar="G:W,...",
+                   help="multi-GPU demand mix as GPUS:WEIGHT pairs, e.g. Tesserae's 1:0.6,2:0.3,4:0.09,8:0.01 "
+                        "(implies --multi-gpu)")
     g.add_argument("--split", default=None,
                    help="workload split image,language,speech in percent (default "
                         f"{','.join(map(str, DEFAULT_SPLIT))}); models are assigned so the split is exact")
@@ -181,7 +196,8 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
     if trace is not None:
         given = [flag for flag, value in (("--load", getattr(args, "load", None)), ("--jobs", args.jobs),
                                           ("--multi-gpu", args.multi_gpu), ("--static", args.static),
-                                          ("--split", args.split), ("--seed", getattr(args, "seed", None)))
+                                          ("--split", args.split), ("--seed", getattr(args, "seed", None)),
+                                          ("--gpu-mix", args.gpu_mix))
                  if value is not None]
         if given:
             raise SimInputError(f"--trace replays a recorded workload; drop {', '.join(given)} "
@@ -206,6 +222,9 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         trace=trace,
         max_time_h=args.max_time_h,
         opt_placement_limit=args.opt_placement_limit,
+        migration_matching=args.migration_matching,
+        migration_cost_s=args.migration_cost_s,
+        gpu_mix=None if args.gpu_mix is None else parse_gpu_mix(args.gpu_mix),
     )
 
 

@@ -37,6 +37,7 @@ from typing import Sequence
 
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.model import Allocation, Cluster, Job, RoundInput, RoundOutput
+from synergy.scheduler.placement.migration import migrated
 from synergy.scheduler.throughput import iterations_per_s, speed
 
 #: Columns of a `SimResult.timeline` row after its time: allocated GPUs, CPUs and GB, then
@@ -59,6 +60,10 @@ class EngineConfig:
     #: The run ends once these jobs have completed; None means every job.
     stop_after: frozenset[int] | None = None
     memoise: bool = True
+    #: Seconds of work a job redoes when it migrates (its GPUs change between consecutive
+    #: rounds: restart, reload, progress since its checkpoint); below `round_s`. Preemption
+    #: and resumption stay free, as before.
+    migration_cost_s: float = 0.0
 
 
 @dataclass
@@ -69,6 +74,8 @@ class JobRecord:
     arrival_s: float
     first_start_s: float | None = None
     completion_s: float | None = None
+    #: Times its GPUs changed between consecutive rounds while it ran (Tesserae's migrations).
+    migrations: int = 0
 
     @property
     def jct_s(self) -> float | None:
@@ -88,6 +95,8 @@ class SimResult:
     #: "completed", "time_limit" (max_time_s reached) or "stalled" (nothing can ever run).
     stopped: str
     unfinished: tuple[int, ...] = field(default_factory=tuple)
+    #: Migrations over the whole run (jobs whose GPUs changed between consecutive rounds).
+    migrations: int = 0
 
 
 class _Running:
@@ -137,6 +146,7 @@ class Simulation:
         #: Neither plug-in reads done_iterations/attained_gpu_s, so with memoisation on they
         #: are not written into the Jobs before each call (they are at every completion).
         self.progress_blind = config.memoise and self.order_only and self.static_order
+        self.migrations = 0
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -238,7 +248,8 @@ class Simulation:
         unfinished = tuple(sorted(i for i in stop_ids if i in self.records and self.records[i].completion_s is None))
         if stopped == "time_limit":
             end_s = max(end_s, k * R)
-        return SimResult(self.records, self.capacity, timeline, end_s, rounds, decisions, stopped, unfinished)
+        return SimResult(self.records, self.capacity, timeline, end_s, rounds, decisions, stopped, unfinished,
+                         self.migrations)
 
     # -- helpers -----------------------------------------------------------------------------
     def _boundary(self, t: float) -> int:
@@ -277,6 +288,7 @@ class Simulation:
                 rec = self.records[jid]
                 if rec.first_start_s is None:
                     rec.first_start_s = t
+            moved = r.alloc is not None and migrated(r.alloc.placements, alloc.placements)
             if alloc != r.alloc:  # an unchanged allocation keeps its rate and progress line
                 r.alloc = alloc
                 r.held = _usage(r.job, alloc)
@@ -289,6 +301,10 @@ class Simulation:
                         r.k_done = self._boundary(r.finish)
                     else:
                         r.finish, r.k_done = math.inf, math.inf
+            if moved:
+                self.migrations += 1
+                self.records[jid].migrations += 1
+                self._redo(r, t)
             held = r.held
             g += held[0]
             c += held[1]
@@ -297,6 +313,17 @@ class Simulation:
             mu += held[4]
         if (g, c, m, cu, mu) != timeline[-1][1:]:
             timeline.append((t, g, c, m, cu, mu))
+
+
+    def _redo(self, r: _Running, t: float) -> None:
+        """A migrated job redoes `migration_cost_s` of work at its new rate (never below none done)."""
+        cost = self.config.migration_cost_s
+        if cost <= 0 or r.rate <= 0:
+            return
+        r.rebase(t)
+        r.done0 = max(0.0, r.done0 - r.rate * cost)
+        r.finish = r.t0 + (r.job.iterations - r.done0) / r.rate
+        r.k_done = self._boundary(r.finish)
 
 
 def _usage(job: Job, alloc: Allocation) -> Usage:

@@ -73,6 +73,12 @@ class RunSpec:
     opt_placement_limit: float = DEFAULT_OPT_PLACEMENT_LIMIT
     #: Placement scorer by name (placement/scorers.py SCORERS); None = the mechanism's own.
     scorer: str | None = None
+    #: Tesserae's migration-minimising relabelling (placement/migration.py), on by default.
+    migration_matching: bool = True
+    #: Seconds of work a job migrated between consecutive rounds redoes (engine.py).
+    migration_cost_s: float = 0.0
+    #: Multi-GPU demand mix, (GPUs, weight) pairs; None = GPU_DEMAND_WEIGHTS.
+    gpu_mix: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ def _check_spec(spec: RunSpec) -> None:
                         ("--round-s", spec.round_s), ("--max-time-h", spec.max_time_h)):
         if not (value > 0 and math.isfinite(value)):
             raise SimInputError(f"{flag} must be a positive number, got {value}")
+    if not (0 <= spec.migration_cost_s < spec.round_s):
+        raise SimInputError(f"--migration-cost-s must be >= 0 and below --round-s, got {spec.migration_cost_s}")
     if not (spec.opt_placement_limit >= 0 and math.isfinite(spec.opt_placement_limit)):
         raise SimInputError(f"--opt-placement-limit must be a number of seconds >= 0, got {spec.opt_placement_limit}")
     check_names(spec.policy, [spec.mechanism])
@@ -142,7 +150,7 @@ def build(spec: RunSpec) -> Scheduler:
     The registry builds OPT with its library defaults (what the daemon runs); the simulator
     only overrides `placement_limit`, keeping every other setting the registry chose.
     """
-    scheduler = build_scheduler(spec.policy, spec.mechanism, spec.scorer)
+    scheduler = build_scheduler(spec.policy, spec.mechanism, spec.scorer, spec.migration_matching)
     if spec.mechanism == "opt":
         mechanism = replace(scheduler.mechanism, placement_limit=spec.opt_placement_limit)  # type: ignore[type-var]
         scheduler = replace(scheduler, mechanism=mechanism)
@@ -158,7 +166,9 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
         workload = read_trace(spec.trace, ps.profiles, int(cluster.total.gpus))
     else:
         jobs = spec.jobs if spec.jobs is not None else (DEFAULT_STATIC_JOBS if spec.static else DEFAULT_JOBS)
-        params = WorkloadParams(jobs, spec.load, spec.split, spec.multi_gpu, spec.static)
+        params = WorkloadParams(jobs, spec.load, spec.split, spec.multi_gpu or spec.gpu_mix is not None, spec.static)
+        if spec.gpu_mix is not None:
+            params = replace(params, gpu_mix=spec.gpu_mix)
         workload = generate(params, ps.profiles, ps.models_by_task, cluster, np.random.default_rng(spec.seed))
     ids = workload.ids
     if spec.measure is not None:
@@ -181,7 +191,7 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
     spec = prep.spec if mechanism is None else replace(prep.spec, mechanism=mechanism)
     check_names(spec.policy, [spec.mechanism])
     scheduler = build(spec)
-    config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise)
+    config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s)
     t0 = clock()
     result = Simulation(scheduler, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles), config).run()
     wall = clock() - t0
@@ -193,6 +203,8 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
         "jobs": len(prep.workload.jobs),
         "static": prep.workload.static,
         "opt_placement_limit": spec.opt_placement_limit if spec.mechanism == "opt" else None,
+        "migration_matching": spec.migration_matching,
+        "migration_cost_s": spec.migration_cost_s,
     }
     metrics.update(summarise(result, prep.measured))
     metrics["wall_s"] = wall

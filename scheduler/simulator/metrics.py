@@ -64,6 +64,11 @@ def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
         "jobs_measured": len(done),
         "jobs_unfinished": len(recs) - len(done),
         "rounds": result.rounds,
+        # Tesserae's migrations: over the whole run, per round passed with jobs, and per
+        # measured job (its moves while it ran).
+        "migrations": result.migrations,
+        "migrations_per_round": result.migrations / result.rounds if result.rounds else 0.0,
+        "migrations_per_job": float(np.mean([r.migrations for r in recs])) if recs else None,
         "decisions": result.decisions,
         "stopped": result.stopped,
         "sim_end_h": result.end_s / HOUR,

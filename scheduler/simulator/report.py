@@ -57,9 +57,15 @@ def print_run(prep: Prepared, report: RunReport, console: Console | None = None)
     t.add_row("jobs measured", str(m["jobs_measured"]))
     if m["jobs_unfinished"]:
         t.add_row("measured jobs unfinished", str(m["jobs_unfinished"]))
+    t.add_row("migrations (per round, per job)", fmt_migrations(m))
     t.add_row("rounds (core calls)", f"{m['rounds']} ({m['decisions']})")
     t.add_row("wall time (s)", f"{m['wall_s']:.1f}")
     console.print(t)
+
+
+def fmt_migrations(m: Mapping[str, Any]) -> str:
+    per_job = "-" if m["migrations_per_job"] is None else f"{m['migrations_per_job']:.2f}"
+    return f"{m['migrations']} ({m['migrations_per_round']:.3f}, {per_job})"
 
 
 def comparison_table(rows: Sequence[Mapping[str, Any]], baseline: Mapping[str, Any]) -> Table:
@@ -80,6 +86,7 @@ def comparison_table(rows: Sequence[Mapping[str, Any]], baseline: Mapping[str, A
     for key, title in UTILISATION:
         t.add_row(title, *(fmt_frac(m[key]) for m in rows))
     t.add_row("jobs measured", *(str(m["jobs_measured"]) for m in rows))
+    t.add_row("migrations (per round, per job)", *(fmt_migrations(m) for m in rows))
     t.add_row("wall time (s)", *(f"{m['wall_s']:.1f}" for m in rows))
     return t
 

@@ -27,7 +27,8 @@ from synergy.scheduler.simulator.report import fmt_h, warn_unfinished
 CSV_COLUMNS = (
     "load", "mechanism", "seed", "policy", "avg_jct_h", "median_jct_h", "p95_jct_h", "p99_jct_h",
     "makespan_h", "avg_queue_delay_h", "gpu_util", "cpu_util", "mem_util", "cpu_used", "mem_used",
-    "jobs_measured", "jobs_unfinished", "stopped", "rounds", "decisions", "wall_s",
+    "jobs_measured", "jobs_unfinished", "stopped", "rounds", "decisions", "migrations", "migrations_per_job",
+    "wall_s",
 )
 
 Task = tuple[RunSpec, ProfileSet, float, str, int]

@@ -76,6 +76,8 @@ class WorkloadParams:
     split: tuple[float, float, float] = DEFAULT_SPLIT
     multi_gpu: bool = False
     static: bool = False
+    #: (GPUs, weight) of multi-GPU demands (`--gpu-mix`; Tesserae's trace: 1:0.6,2:0.3,4:0.09,8:0.01).
+    gpu_mix: tuple[tuple[int, float], ...] = GPU_DEMAND_WEIGHTS
 
 
 def parse_split(text: str) -> tuple[int, int, int]:
@@ -127,10 +129,31 @@ def assign_models(tasks: Sequence[str], models_by_task: Mapping[str, Sequence[st
     return out
 
 
-def gpu_demand_choices(cluster_gpus: int) -> tuple[list[int], list[float]]:
+def parse_gpu_mix(text: str) -> tuple[tuple[int, float], ...]:
+    """`--gpu-mix 1:0.6,2:0.3,...`: GPUs:weight pairs, weights positive (renormalised)."""
+    out = []
+    for part in str(text).split(","):
+        try:
+            g, w = part.split(":")
+            pair = (int(g), float(w))
+        except ValueError:
+            raise SimInputError(f"--gpu-mix takes GPUS:WEIGHT pairs like 1:0.6,2:0.4, got {text!r}") from None
+        if pair[0] < 1 or not (pair[1] > 0 and math.isfinite(pair[1])):
+            raise SimInputError(f"--gpu-mix needs GPUs >= 1 and positive weights, got {part!r}")
+        out.append(pair)
+    if len({g for g, _ in out}) != len(out):
+        raise SimInputError(f"--gpu-mix lists a GPU count twice: {text!r}")
+    return tuple(out)
+
+
+def gpu_demand_choices(
+    cluster_gpus: int, mix: Sequence[tuple[int, float]] = GPU_DEMAND_WEIGHTS
+) -> tuple[list[int], list[float]]:
     """Multi-GPU sizes that fit the cluster, weights renormalised over them."""
-    sizes = [g for g, _ in GPU_DEMAND_WEIGHTS if g <= cluster_gpus]
-    weights = [w for g, w in GPU_DEMAND_WEIGHTS if g <= cluster_gpus]
+    sizes = [g for g, _ in mix if g <= cluster_gpus]
+    weights = [w for g, w in mix if g <= cluster_gpus]
+    if not sizes:
+        raise SimInputError(f"--gpu-mix: no size fits the cluster's {cluster_gpus} GPUs")
     total = sum(weights)
     return sizes, [w / total for w in weights]
 
@@ -158,7 +181,7 @@ def generate(
     long = rng.random(n) >= SHORT_P
     x_short = rng.uniform(*SHORT_EXPONENT, size=n)
     x_long = rng.uniform(*LONG_EXPONENT, size=n)
-    sizes, weights = gpu_demand_choices(int(cluster.total.gpus))
+    sizes, weights = gpu_demand_choices(int(cluster.total.gpus), params.gpu_mix)
     gpus = rng.choice(np.array(sizes), p=np.array(weights), size=n)
 
     arrivals = np.concatenate(([0.0], np.cumsum(gaps[1:])))

@@ -250,3 +250,54 @@ def test_in_place_resize_sends_resize_not_a_restart(logic: Logic) -> None:
     kinds = [i.kind for i in node.heartbeat().instructions]
     assert kinds == [InstructionKind.RESIZE] and logic.jobs.get(job).attempt == 1
     assert node.heartbeat().instructions == []
+
+
+def _metric(logic: Logic, name: str) -> float:
+    value = logic.ctx.metrics.registry.get_sample_value(name)
+    return 0.0 if value is None else value
+
+
+def test_a_round_that_would_only_rename_nodes_restarts_nothing(logic: Logic) -> None:
+    """x runs on a, y on b; x ends. Best fit alone would now put y on a (the first of two empty
+    nodes): a migration for nothing. Relabelling (Tesserae) keeps y where it runs."""
+    a, b = SimNode(logic, "a", gpus=2), SimNode(logic, "b", gpus=2)
+    x, y = submit(logic, "x", gpus=2), submit(logic, "y", gpus=2)
+    round_(logic)
+    assert [p.server_id for p in logic.jobs.get(y).placements] == ["b"]
+    a.heartbeat(), b.heartbeat()
+    logic.jobs.cancel(x, "done with it")
+    a.heartbeat()
+    assert state(logic, x) == JobState.CANCELLED
+    clock(logic).advance(10)
+    a.heartbeat(), b.heartbeat()  # both alive: both take new work
+    round_(logic)
+    after = logic.jobs.get(y)
+    assert after.state == JobState.RUNNING and not after.stopping and after.attempt == 1
+    assert [p.server_id for p in after.placements] == ["b"] and after.migrations == 0
+    assert [i.kind for i in b.heartbeat().instructions] == []
+    assert _metric(logic, "synergyd_migrations_total") == 0 == _metric(logic, "synergyd_round_migrations")
+
+
+def test_migrations_are_counted_per_round_and_per_job() -> None:
+    """The same rounds with relabelling off: y is moved, and /metrics says so."""
+    config = DaemonConfig(state_dir=Path("unused"), round_s=10, lease_grace_s=5, node_timeout_s=6,
+                          launch_timeout_s=20, stop_timeout_s=15, migration_matching=False)
+    logic = Logic.build(DaemonContext(config, ManualClock(), MemoryStore(), ProfileBook({})))
+    a, b = SimNode(logic, "a", gpus=2), SimNode(logic, "b", gpus=2)
+    x, y = submit(logic, "x", gpus=2), submit(logic, "y", gpus=2)
+    round_(logic)
+    a.heartbeat(), b.heartbeat()
+    logic.jobs.cancel(x, "done with it")
+    a.heartbeat()
+    clock(logic).advance(10)
+    a.heartbeat(), b.heartbeat()
+    round_(logic)
+    moving = logic.jobs.get(y)
+    assert moving.stopping and [p.server_id for p in moving.next_placements] == ["a"] and moving.migrations == 1
+    assert _metric(logic, "synergyd_migrations_total") == 1 == _metric(logic, "synergyd_round_migrations")
+    b.heartbeat(), b.heartbeat()
+    logic.jobs.cancel(y, "enough")
+    a.heartbeat(), b.heartbeat()
+    assert state(logic, y) == JobState.CANCELLED
+    assert _metric(logic, "synergyd_job_migrations_count") == 2  # x (0) and y (1)
+    assert _metric(logic, "synergyd_job_migrations_sum") == 1

@@ -111,3 +111,14 @@ def test_bad_toml_names_the_key(tmp_path: Path) -> None:
     toml.write_text('round_s = "fast"\n')
     with pytest.raises(ConfigError, match="wrong type"):
         load_config(["--config", str(toml)])
+
+
+def test_migration_matching_is_on_unless_a_flag_or_the_toml_turns_it_off(tmp_path: Path) -> None:
+    assert load_config(["--state-dir", str(tmp_path)]).migration_matching is True
+    assert load_config(["--state-dir", str(tmp_path), "--no-migration-matching"]).migration_matching is False
+    toml = tmp_path / "c.toml"
+    toml.write_text("migration-matching = false\n")
+    assert load_config(["--config", str(toml), "--state-dir", str(tmp_path)]).migration_matching is False
+    toml.write_text('migration-matching = "off"\n')
+    with pytest.raises(ConfigError, match="migration-matching"):
+        load_config(["--config", str(toml), "--state-dir", str(tmp_path)])
