@@ -14,6 +14,7 @@ every batch trained (how the tests check that a resume repeats and skips nothing
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -61,6 +62,8 @@ def build_iterator(files: Sequence[Path], batch_size: int, threads: int, image_s
 def main(argv: Sequence[str] | None = None) -> int:
     p = common.parser(__doc__.splitlines()[0], images=True)
     p.add_argument("--record", type=Path, default=None, help="append 'step epoch ids' per batch trained")
+    p.add_argument("--step-sleep-s", type=float, default=0.0,
+                   help="pause after every step: a slower accelerator (the tests stop a job mid-run with it)")
     args = common.parse(p, "dali", argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -86,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if record is not None:
                 record.write(f"{step} {epoch} {','.join(map(str, ids.tolist()))}\n")
                 record.flush()
+            if args.step_sleep_s:
+                time.sleep(args.step_sleep_s)
             if args.max_steps and step >= args.max_steps:
                 break
         if meter.batches:

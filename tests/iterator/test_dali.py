@@ -59,7 +59,7 @@ def attempt(files: list[str], environ: dict[str, str], stop_at: int, checkpointi
     """One process's life: ((epoch, ids, flips) per batch, checkpoint dir or "" at the end)."""
     loader = make_iterator(files, resume_checkpoint(environ=environ), checkpointing)
     it = SynergyIterator(loader, state={}, environ=environ)
-    assert it.lease is not None and it.dali is not None
+    assert it.lease is not None
     it.lease.stop_at = stop_at
     it.lease.report_patience_s = 0
     seen = []
