@@ -25,6 +25,8 @@ from synergy.agent import contract
 from synergy.agent.contract import JobEnv
 from synergy.iterator import checkpoint
 from synergy.iterator.checkpoint import CheckpointError
+from synergy.iterator.dali import KEY as DALI_KEY
+from synergy.iterator.dali import DaliState
 from synergy.iterator.lease import LeaseKeeper
 from synergy.iterator.position import ElasticSampler, IndexCursor, Position, rng_states, set_rng_states
 
@@ -50,6 +52,8 @@ class SynergyIterator:
         self.lease: LeaseKeeper | None = None
         self.position = Position()
         self.stopped_step = 0
+        #: DALI hook (iterator/dali.py): its checkpoints and epoch resets; None for other loaders.
+        self.dali: DaliState | None = None
         if contract.JOB_ID not in env_map:
             _say("no synergy-agent contract in the environment: running standalone "
                  "(no lease, no checkpoints)")
@@ -64,6 +68,7 @@ class SynergyIterator:
         self.batch_size = int(getattr(loader, "batch_size", None) or 1)
         self.cursor = self._install_cursor(loader)
         self.sampler = self._sampler(loader)
+        self.dali = DaliState.of(loader)
         self._iterations = 0          # wrap iterations in this process (the script's epochs)
         self._resume: dict[str, Any] | None = None
         self._global_base = 0         # global samples consumed at the resume point
@@ -145,6 +150,8 @@ class SynergyIterator:
         self._iterations += 1
         resume = self._resume
         if resume is not None and it_index < pos.epoch:
+            if self.dali is not None:  # DALI hook: its order advances per epoch; replay done epochs
+                self.dali.drop_epoch()
             return None
         if resume is not None:  # the epoch the checkpoint was taken in
             self._resume = None
@@ -153,6 +160,12 @@ class SynergyIterator:
             if elastic:
                 self.sampler.start = old.global_samples
             skip = 0 if elastic else old.batches
+            if self.dali is not None:  # DALI hook: a restored pipeline is already positioned
+                if self.dali.restored:
+                    return None if self.dali.at_epoch_end else iter(self.loader)
+                else:
+                    _say(f"DALI pipeline not built from the checkpoint (resume_checkpoint()): "
+                         f"reading and dropping {old.epoch} epochs and {skip} batches to get back")
             self._global_base, self._batches_base = old.global_samples, old.batches
             if self.cursor is not None:
                 self.cursor.resume(resume.get("epoch_rng"), skip, resume.get("rng"))
@@ -176,13 +189,20 @@ class SynergyIterator:
         it = self._start_epoch()
         if it is None:
             return
-        for batch in it:
+        fetch = it.__next__
+        while True:
+            # Checked before the next batch is fetched, so a checkpoint never counts a batch the
+            # loader handed out but the script did not get (a DALI checkpoint would skip it).
             if lease.stop_at and lease.step >= lease.stop_at:
                 self._stop()
             if lease.terminate:
                 _say(f"terminated: {lease.stop_reason}")
                 lease.close()
                 raise SystemExit(EXIT_TERMINATED)
+            try:
+                batch = fetch()
+            except StopIteration:
+                return
             pos.batches += 1
             lease.step += 1
             yield batch
@@ -200,6 +220,8 @@ class SynergyIterator:
             "epoch_rng": self.cursor.epoch_rng if self.cursor is not None else None,
             "rng": rng_states(gen),
         }
+        if self.dali is not None:
+            data[DALI_KEY] = self.dali.checkpoints()
         if self.env.rank == 0:
             data["state"] = {k: obj.state_dict() for k, obj in self.state.items()}
         return data

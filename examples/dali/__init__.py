@@ -1,0 +1,1 @@
+"""The dali example (see README.md beside this file)."""

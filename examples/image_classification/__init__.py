@@ -1,0 +1,1 @@
+"""The image_classification example (see README.md beside this file)."""

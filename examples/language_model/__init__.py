@@ -1,0 +1,1 @@
+"""The language_model example (see README.md beside this file)."""
