@@ -24,8 +24,9 @@ from synergy.scheduler.daemon.errors import InvalidArgument
 from synergy.scheduler.daemon.jobs import JobBook, fmt_placements, same_share
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
+from synergy.scheduler.daemon.profiling import held_by_profiling
 from synergy.scheduler.daemon.records import JobRecord, JobState
-from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, RoundInput, Server
+from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, Resources, RoundInput, Server
 from synergy.scheduler.registry import UnknownNameError, build_scheduler
 
 #: Training length assumed for a job that did not say (orders it last under SRTF / FTF).
@@ -91,12 +92,21 @@ class RoundLoop:
 
         Nodes are not filtered here: admin state and liveness travel as data on each
         `Server`, and the core's filters (placement/filters.py) decide what they mean.
+        Shares held by profiling leases (profiling.py) are taken out of the nodes: the core
+        does not see profiling jobs, and must not give their CPUs away.
         """
+        active = self.ctx.store.active_jobs()
+        held = held_by_profiling(active)
         servers = [
-            Server(node.id, node.allocatable, admin=node.admin_state, last_heartbeat_s=self.nodes.last_heard(node.id))
+            Server(
+                node.id,
+                node.allocatable - held.get(node.id, Resources()),
+                admin=node.admin_state,
+                last_heartbeat_s=self.nodes.last_heard(node.id),
+            )
             for node in self.ctx.store.nodes()
         ]
-        jobs = [j for j in self.ctx.store.active_jobs() if j.state in (JobState.QUEUED, JobState.RUNNING)]
+        jobs = [j for j in active if j.state in (JobState.QUEUED, JobState.RUNNING)]
         return Cluster(tuple(servers)), jobs
 
     def plan(self) -> Plan:
