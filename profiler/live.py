@@ -40,6 +40,9 @@ WARMUP_ITERATIONS = 3
 MEASURE_ITERATIONS = 8
 #: Storage read budget of the bandwidth measurement, seconds.
 STORAGE_BUDGET_S = 2.0
+#: The process memory the profile reserves, over the RSS measured once: peaks (a new
+#: epoch's workers, checkpoint buffers) and allocator slack come on top of a snapshot.
+PROCESS_HEADROOM = 1.5
 #: "Infinite" storage bandwidth (bytes/s) for a job whose reads do not go through a cache:
 #: the MinIO fill then makes every memory size as fast as full memory (insensitive).
 INSENSITIVE_STORAGE_BYTES_PER_S = 1e15
@@ -158,18 +161,21 @@ def build_profile(points: Sequence[tuple[int, float]], terms: ProfilingTerms, *,
     With `files` (the dataset's, read through a MinIO cache) the storage bandwidth is measured
     on them and the memory axis follows the MinIO model; without, memory is insensitive.
     """
-    if files:
+    if files:  # memory-sensitive: the MinIO model over the measured storage bandwidth
         from synergy.profiler.storage import measure_read_bandwidth  # built on the prof-algo branch
 
         sizes = [f.stat().st_size for f in files]
         dataset_bytes = max(1, sum(sizes))
         sample_bytes = max(1.0, dataset_bytes / len(sizes))
         storage = measure_read_bandwidth(files, STORAGE_BUDGET_S)
-    else:
-        dataset_bytes, sample_bytes, storage = 1, 1.0, INSENSITIVE_STORAGE_BYTES_PER_S
     # The fill needs some memory that is not cache; a process above its allocation (memory
     # not enforced) is capped so the model still has a cache axis to describe.
-    process = min(max(process_mem_gb, 1e-3), terms.max_mem_gb * 0.9)
+    process = min(max(process_mem_gb * PROCESS_HEADROOM, 1e-3), terms.max_mem_gb * 0.9)
+    if not files:
+        # No cache: a nominal dataset filling half the cache room, read at "infinite" speed,
+        # makes every memory column as fast as full memory (the grid needs distinct columns).
+        dataset_bytes = max(1000, int((terms.max_mem_gb - process) * 0.5 * 1e9))
+        sample_bytes, storage = dataset_bytes / 1000, INSENSITIVE_STORAGE_BYTES_PER_S
     return complete_profile(
         points,
         gpus=max(1, terms.gpus),
