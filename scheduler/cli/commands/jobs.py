@@ -283,6 +283,11 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
         ("progress", f"{job.steps_done} steps, {fmt_num(job.samples_per_s)} samples/s, "
                      f"{fmt_num(job.attained_gpu_s)} GPU-s"),
     ]
+    if job.HasField("cache"):
+        c = job.cache
+        reads = c.hits + c.misses
+        rows.append(("cache", f"{c.hits} hits, {c.misses} misses ({100 * c.hits / reads if reads else 0:.0f}% hit), "
+                              f"{c.items} items, {c.used_bytes / 1e6:.1f} of {c.capacity_bytes / 1e6:.1f} MB"))
     if job.last_checkpoint_path:
         rows.append(("checkpoint", f"{job.last_checkpoint_path} (step {job.last_checkpoint_step})"))
     if job.lease_expires_at_unix_s:
