@@ -77,6 +77,7 @@ def task_status(task: Task, node_id: str, latest: NodeSample | None = None,
             node_id=node_id, gpus=task.share.gpus, cpus=task.share.cpus, mem_gb=task.share.mem_gb
         ),
         oom_killed=task.oom_killed,
+        cores=sorted(task.grant.cores) if task.alive else [],
     )
     sample = latest.tasks.get(str(k)) if latest is not None and task.alive else None
     if sample is not None:

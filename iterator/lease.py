@@ -2,6 +2,12 @@
 
 The training thread and this thread share plain attributes only: the training thread writes
 `step` (an int) and reads `stop_at` / `terminate`; this thread writes those and reads `step`.
+Under a profiling lease also: this thread writes `profiling` (the lease's terms) and
+`in_force` (the allocation the agent applied, a tuple replaced whole); the training thread
+writes `want_cpus` (the next point) and hands a finished measurement over as `profile_job`
+(a callable this thread runs, off the training path, and reports with `ReportProfile`).
+With a MinIO cache (`cache`), renewals carry its statistics and a changed memory allocation
+resizes it to `capacity_from_allocation`.
 Single attribute reads and writes are atomic in CPython, so the per-batch path takes no lock
 and does no I/O. While the daemon is unreachable the thread retries with jittered back-off and
 training goes on under the current lease (the daemon, not the job, decides when it is lost).
@@ -20,7 +26,8 @@ import grpc
 
 from synergy.agent.client import Backoff, open_channel
 from synergy.agent.contract import JobEnv
-from synergy.v1 import job_pb2, job_pb2_grpc
+from synergy.profiler.live import ProfilingTerms
+from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc
 
 log = logging.getLogger("synergy.iterator")
 
@@ -49,6 +56,20 @@ class LeaseKeeper:
         #: How long the final reports (checkpoint, completion) wait for a daemon that is down.
         self.report_patience_s = 60.0
         self.renewals = 0
+        #: Set once RegisterJobProcess answered (then `profiling` is final for this attempt).
+        self.registered = threading.Event()
+        #: The profiling lease's terms (None: an ordinary lease).
+        self.profiling: ProfilingTerms | None = None
+        #: (cpus, cores, mem_gb) the agent applied, from the latest reply ((0, (), 0) = unknown).
+        self.in_force: tuple[float, tuple[int, ...], float] = (0.0, (), 0.0)
+        #: Training thread: the CPU count of the next profiling point (0 = none).
+        self.want_cpus = 0
+        #: Training thread: a callable returning the profile document to report (run here once).
+        self.profile_job: Any = None
+        self.profile_source = ""
+        #: The job's MinIO cache (synergy.cache.MinioCache) when its dataset reads through one.
+        self.cache: Any = None
+        self._cache_mem_gb = float(env.alloc_mem_gb or 0.0)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="synergy-lease")
 
@@ -84,20 +105,36 @@ class LeaseKeeper:
             job_id=e.job_id, attempt=e.attempt, rank=e.rank, world_size=e.world_size,
             node_id=e.node_id, hostname=socket.gethostname(), pid=os.getpid()))
         if reg is None:
+            self.registered.set()
             return
+        self._take_profiling(reg)
+        self.registered.set()
         self.interval_s = reg.renew_interval_s or self.interval_s
         last_t, last_step = time.monotonic(), self.step
-        while not self._closed.wait(self.interval_s):
+        # Under a profiling lease renew often: each point waits for a reply showing its RESIZE.
+        while not self._closed.wait(self._wait_s()):
+            if self.profile_job is not None:
+                self._report_profile()
             now, step = time.monotonic(), self.step
             steps_per_s = (step - last_step) / max(now - last_t, 1e-6)
             last_t, last_step = now, step
-            r = self.call("RenewLease", job_pb2.RenewLeaseRequest(
+            req = job_pb2.RenewLeaseRequest(
                 job_id=e.job_id, attempt=e.attempt, rank=e.rank, step=step,
-                samples_per_s=steps_per_s * self.samples_per_step, steps_per_s=steps_per_s))
+                samples_per_s=steps_per_s * self.samples_per_step, steps_per_s=steps_per_s,
+                profile_cpus=self.want_cpus if self.profiling is not None else 0)
+            stats = self._cache_stats()
+            if stats is not None:
+                req.cache.CopyFrom(stats)
+            r = self.call("RenewLease", req)
             if r is None:
                 continue
             self.renewals += 1
             self.interval_s = r.renew_interval_s or self.interval_s
+            if r.in_force.known:
+                self.in_force = (r.in_force.cpus, tuple(r.in_force.cores), r.in_force.mem_gb)
+                self._resize_cache(r.in_force.mem_gb)
+            if not r.HasField("profiling"):
+                self.profiling = None
             if r.action == job_pb2.LEASE_ACTION_STOP and not self.stop_at:
                 self.stop_reason = r.reason
                 self.stop_received_s = time.monotonic()
@@ -108,6 +145,54 @@ class LeaseKeeper:
                 self.terminate = True
                 log.info("told to terminate: %s", r.reason)
                 return
+
+    def _wait_s(self) -> float:
+        return min(self.interval_s, 0.2) if self.profiling is not None else self.interval_s
+
+    def _take_profiling(self, reg: Any) -> None:
+        if reg.HasField("profiling"):
+            p = reg.profiling
+            self.profiling = ProfilingTerms(p.search, int(p.max_cpus), p.task, int(p.gpus), float(p.max_mem_gb))
+            log.info("profiling lease: %s search, up to %d CPUs", p.search, p.max_cpus)
+
+    def _report_profile(self) -> None:
+        """Run the finished measurement's completion (storage read, MinIO fill) and report it."""
+        from synergy.scheduler.jobspec.proto import profile_to_msg
+
+        job, self.profile_job = self.profile_job, None
+        try:
+            model, doc = job()
+        except Exception as exc:  # a profile that cannot be completed must not kill training
+            log.warning("profiling: could not complete the profile: %s", exc)
+            return
+        r = self.call("ReportProfile", job_pb2.ReportProfileRequest(
+            job_id=self.env.job_id, profile=profile_to_msg(model, doc)), give_up_after_s=self.report_patience_s)
+        if r is not None:
+            self.profile_source = r.profile_source
+            log.info("profile reported: %s", r.profile_source)
+
+    def _cache_stats(self) -> common_pb2.CacheStats | None:
+        if self.cache is None:
+            return None
+        try:
+            s = self.cache.stats()
+        except (OSError, ValueError):  # the cache was closed under us: report nothing
+            return None
+        return common_pb2.CacheStats(hits=s.hits, hit_bytes=s.hit_bytes, misses=s.misses, miss_bytes=s.miss_bytes,
+                                     items=s.items, used_bytes=s.used_bytes, capacity_bytes=s.capacity_bytes)
+
+    def _resize_cache(self, mem_gb: float) -> None:
+        """A changed memory allocation resizes the cache to what the new one affords."""
+        if self.cache is None or abs(mem_gb - self._cache_mem_gb) < 1e-9:
+            return
+        from synergy.cache import capacity_from_allocation
+
+        self._cache_mem_gb = mem_gb
+        try:
+            dropped = self.cache.resize(capacity_from_allocation(mem_gb))
+            log.info("cache resized for %g GB (%d items dropped)", mem_gb, dropped)
+        except (OSError, ValueError) as exc:
+            log.warning("cache resize for %g GB failed: %s", mem_gb, exc)
 
     def report_checkpoint(self, step: int, path: str) -> None:
         e = self.env

@@ -8,6 +8,13 @@ environment): a background `LeaseKeeper` registers and renews; at the daemon's a
 restores both and continues with the next unconsumed batch. Standalone (no contract): batches
 pass through unchanged.
 
+Profiling lease (docs/iterator.md): when the daemon launched this attempt to profile the job,
+a `synergy.profiler.live.LiveProfiler` picks CPU counts; the lease thread asks for each, the
+agent RESIZEs the cpuset, and once the reply shows it in force the wrap restarts the loader
+iterator at the current position with `workers_for(cpus)` workers and measures a window of
+real iterations. After the last point the lease thread completes and reports the profile; the
+daemon then stops the job through the ordinary lease path (STOP, checkpoint, exit 75).
+
 Epochs across a relaunch: the script's own epoch loop starts again from its first epoch, so
 the first `epoch` iterations of the wrap after a resume (epochs the job already finished)
 yield nothing, the next one continues mid-epoch, and the rest are ordinary.
@@ -29,6 +36,7 @@ from synergy.iterator.dali import KEY as DALI_KEY
 from synergy.iterator.dali import DaliState
 from synergy.iterator.lease import LeaseKeeper
 from synergy.iterator.position import ElasticSampler, IndexCursor, Position, rng_states, set_rng_states
+from synergy.profiler import live as live_profiler
 
 #: Exit code of a checkpointed stop ("restart me later"; docs/daemon.md).
 EXIT_PREEMPTED = 75
@@ -38,6 +46,9 @@ EXIT_FAILED = 1
 
 def _say(msg: str) -> None:
     print(f"synergy.iterator: {msg}", file=sys.stderr, flush=True)
+
+
+_END = object()
 
 
 class SynergyIterator:
@@ -75,6 +86,11 @@ class SynergyIterator:
         self._batches_base = 0
         self._failed = False
         self.lease = LeaseKeeper(env, self.batch_size)
+        self.lease.cache = getattr(getattr(loader, "dataset", None), "cache", None)
+        #: The profiling driver (None: no profiling lease, or not known yet); `_profiling`
+        #: stays True until the lease's registration said which.
+        self.profiler: live_profiler.LiveProfiler | None = None
+        self._profiling = True
         try:
             if env.checkpoint_dir:
                 checkpoint.check_writable(env.checkpoint_dir)
@@ -189,8 +205,9 @@ class SynergyIterator:
         it = self._start_epoch()
         if it is None:
             return
-        fetch = it.__next__
         while True:
+            if self._profiling:
+                it = self._profile_step(it)
             # Checked before the next batch is fetched, so a checkpoint never counts a batch the
             # loader handed out but the script did not get (a DALI checkpoint would skip it).
             if lease.stop_at and lease.step >= lease.stop_at:
@@ -199,13 +216,76 @@ class SynergyIterator:
                 _say(f"terminated: {lease.stop_reason}")
                 lease.close()
                 raise SystemExit(EXIT_TERMINATED)
-            try:
-                batch = fetch()
-            except StopIteration:
+            batch = next(it, _END)
+            if batch is _END:
                 return
             pos.batches += 1
             lease.step += 1
             yield batch
+
+    # -- profiling lease -----------------------------------------------------------------------------
+    def _profile_step(self, it: Iterator[Any]) -> Iterator[Any]:
+        """Once per iteration while profiling: tick the driver; switch workers when it says."""
+        lease = self.lease
+        assert lease is not None
+        p = self.profiler
+        if p is None:
+            if not lease.registered.is_set():
+                return it
+            if lease.profiling is None:
+                self._profiling = False  # an ordinary lease: this check never runs again
+                return it
+            p = self.profiler = live_profiler.LiveProfiler(lease.profiling, self.batch_size * self.position.world_size)
+            _say(f"profiling lease: {lease.profiling.search} search up to {lease.profiling.max_cpus} CPUs")
+        cpus, cores, _ = lease.in_force
+        workers = p.on_batch(time.monotonic(), cpus, len(cores))
+        lease.want_cpus = p.want
+        if workers is not None and self.cursor is not None:
+            it = self._switch_workers(it, workers)
+        if p.done:
+            self._profiling = False
+            lease.want_cpus = 0
+            lease.profile_job = self._profile_job(p)
+            _say("profiling done: " + ", ".join(f"{c} CPUs {s:.1f} samples/s" for c, s in p.result()))
+        return it
+
+    def _switch_workers(self, it: Iterator[Any], workers: int) -> Iterator[Any]:
+        """A new loader iterator with `workers` workers at the current position: the same
+        in-process resume a relaunch does (same epoch order, consumed batches skipped in the
+        sampler), so no batch is repeated or skipped across the switch."""
+        assert self.cursor is not None
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        loader, pos = self.loader, self.position
+        loader.num_workers = workers
+        if workers > 0 and getattr(loader, "prefetch_factor", 2) is None:
+            loader.prefetch_factor = 2  # a DataLoader built with 0 workers has None
+        if hasattr(loader, "_iterator"):
+            loader._iterator = None  # persistent workers: do not reuse the old pool
+        skip = pos.batches
+        if isinstance(self.sampler, ElasticSampler):
+            done = self._global_base + (pos.batches - self._batches_base) * self.batch_size * pos.world_size
+            self.sampler.start = done
+            self._global_base, self._batches_base, skip = done, pos.batches, 0
+        if pos.batches:  # mid-epoch: replay this epoch's order, drop what was consumed
+            self.cursor.resume(self.cursor.epoch_rng, skip, rng_states(self.cursor.generator))
+        # (at an epoch's start nothing was consumed: the new iterator simply draws the epoch)
+        return iter(loader)
+
+    def _profile_job(self, p: live_profiler.LiveProfiler) -> Any:
+        """What the lease thread runs to complete the profile: (model name, profile document)."""
+        assert self.env is not None
+        files = live_profiler.dataset_files(getattr(self.loader, "dataset", None))
+        rss = live_profiler.process_rss_gb()
+        points, terms = p.result(), p.terms
+        model = self.env.job_name or f"job-{self.env.job_id}"
+        batch = self.batch_size * self.position.world_size
+
+        def job() -> tuple[str, dict[str, Any]]:
+            return model, live_profiler.build_profile(points, terms, model=model, files=files,
+                                                      batch_size=batch, process_mem_gb=rss)
+        return job
 
     # -- stop, checkpoint, completion --------------------------------------------------------------
     def _snapshot(self) -> dict[str, Any]:

@@ -171,6 +171,9 @@ class Admin:
         self, name: str, gpus: int = 1, command: tuple[str, ...] = ("python", "train.py"), **kw: Any
     ) -> admin_pb2.JobInfo:
         env = kw.pop("env", {})
+        # Simulated job processes do not profile themselves: unless a test asks for live
+        # profiling, a job keeps the stand-in behaviour (queued at once).
+        kw.setdefault("profiler", "none")
         spec = admin_pb2.JobSpec(name=name, gpus=gpus, command=list(command), env=env, **kw)
         return self.SubmitJob(admin_pb2.SubmitJobRequest(spec=spec)).job
 

@@ -28,6 +28,7 @@ from synergy.scheduler.daemon.logs import LOGGER, event
 from synergy.scheduler.daemon.metrics import Metrics, MetricsServer
 from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.profiles import ProfileBook, load_zoo
+from synergy.scheduler.daemon.profiling import ProfilingBook
 from synergy.scheduler.daemon.reconciler import Reconciler
 from synergy.scheduler.daemon.records import JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
@@ -56,13 +57,16 @@ class Logic:
     nodes: NodeBook
     leases: LeaseBook
     rounds: RoundLoop
+    profiling: ProfilingBook
 
     @classmethod
     def build(cls, ctx: DaemonContext) -> Logic:
         jobs = JobBook(ctx)
         reconciler = Reconciler(ctx, jobs)
         nodes = NodeBook(ctx, jobs, reconciler)
-        return cls(ctx, jobs, reconciler, nodes, LeaseBook(ctx, jobs), RoundLoop(ctx, jobs, nodes))
+        rounds = RoundLoop(ctx, jobs, nodes)
+        profiling = ProfilingBook(ctx, jobs, lambda: rounds.snapshot()[0])
+        return cls(ctx, jobs, reconciler, nodes, LeaseBook(ctx, jobs), rounds, profiling)
 
     def recover(self) -> None:
         """Settle jobs a crash left between two steps of admission or preemption."""
@@ -74,7 +78,9 @@ class Logic:
                 new = job
                 if new.state == JobState.SUBMITTED:
                     new = new.to(JobState.PROFILING, "recovered after a restart", now)
-                if new.state in (JobState.PROFILING, JobState.PREEMPTED):
+                # A job being profiled (placed, or waiting for a node to profile on) stays so.
+                profiling = new.state == JobState.PROFILING and (new.placed or ctx.profiles.needs_profiling(new))
+                if new.state == JobState.PREEMPTED or (new.state == JobState.PROFILING and not profiling):
                     new = new.to(
                         JobState.QUEUED, "recovered after a restart", now, profile_source=ctx.profiles.source(new)
                     )
@@ -121,7 +127,7 @@ class App:
         )
         logic = Logic.build(ctx)
         self.jobs, self.reconciler, self.nodes = logic.jobs, logic.reconciler, logic.nodes
-        self.leases, self.rounds = logic.leases, logic.rounds
+        self.leases, self.rounds, self.profiling = logic.leases, logic.rounds, logic.profiling
         logic.recover()
         auth = AuthInterceptor(
             admin_token, cluster_token, ctx.job_tokens, ctx.metrics, self.log, agent_mtls=cfg.tls_client_ca is not None

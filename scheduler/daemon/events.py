@@ -18,6 +18,7 @@ from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.leases import LeaseBook
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
+from synergy.scheduler.daemon.profiling import ProfilingBook
 from synergy.scheduler.daemon.records import JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
 from synergy.scheduler.model import Resources
@@ -35,6 +36,7 @@ class Parts(Protocol):
     nodes: NodeBook
     leases: LeaseBook
     rounds: RoundLoop
+    profiling: ProfilingBook
 
 
 class PeriodicEvent:
@@ -76,6 +78,19 @@ class LeaseExpiryEvent(PeriodicEvent):
 
     def run(self) -> None:
         self.parts.leases.expire()
+
+
+class ProfilingEvent(PeriodicEvent):
+    """Places jobs waiting for a profiling lease (profiling.py), ahead of the round's queue."""
+
+    name = "profiling"
+
+    @property
+    def interval_s(self) -> float:
+        return min(1.0, self.ctx.config.heartbeat_interval_s)
+
+    def run(self) -> None:
+        self.parts.profiling.place()
 
 
 class NodeLivenessEvent(PeriodicEvent):
@@ -123,7 +138,7 @@ class ProgressFlushEvent(PeriodicEvent):
         with ctx.lock:
             changes = []
             for job in ctx.store.active_jobs():
-                if job.state == JobState.RUNNING and chosen(job.id):
+                if job.placed and chosen(job.id):
                     new = jobs.with_progress(job)
                     if new != job:
                         changes.append((job, new))

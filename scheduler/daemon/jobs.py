@@ -70,7 +70,7 @@ class JobBook:
         """(steps done, samples/s, GPU-seconds) with what renewals reported since the last save;
         None when there is nothing live to add."""
         live = self.ctx.live.jobs.get(job.id)
-        if job.state != JobState.RUNNING or live is None or live.attempt != job.attempt:
+        if not job.placed or live is None or live.attempt != job.attempt:
             return None
         gpus = sum(p.gpus for p in job.placements)
         elapsed = max(0.0, self.ctx.clock.now() - live.accrued_to)
@@ -110,8 +110,18 @@ class JobBook:
                 history=(Transition(None, JobState.SUBMITTED, "submitted", now),),
             )
             source = ctx.profiles.source(job)
-            job = job.to(JobState.PROFILING, "resolving the sensitivity profile", now)
-            job = job.to(JobState.QUEUED, f"profile: {source}; waiting for the next round", now, profile_source=source)
+            if ctx.profiles.needs_profiling(job):
+                job = job.to(
+                    JobState.PROFILING,
+                    f"to be profiled live ({job.spec.profile_search} search): waiting for a node to profile on",
+                    now,
+                    profile_source=source,
+                )
+            else:
+                job = job.to(JobState.PROFILING, "resolving the sensitivity profile", now)
+                job = job.to(
+                    JobState.QUEUED, f"profile: {source}; waiting for the next round", now, profile_source=source
+                )
             ctx.save_jobs([(None, job)])
             event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source)
             return job
@@ -132,10 +142,19 @@ class JobBook:
             return new
 
     # -- lifecycle moves (caller holds the lock and commits) -------------------------------------
-    def launch(self, job: JobRecord, placements: Sequence[Placement], round_index: int, reason: str) -> JobRecord:
+    def launch(
+        self,
+        job: JobRecord,
+        placements: Sequence[Placement],
+        round_index: int,
+        reason: str,
+        state: JobState = JobState.RUNNING,
+        **changes: object,
+    ) -> JobRecord:
+        """QUEUED -> RUNNING, or PROFILING -> PROFILING under a profiling lease (`state`)."""
         now = self.ctx.clock.now()
         new = job.to(
-            JobState.RUNNING,
+            state,
             reason,
             now,
             placements=tuple(placements),
@@ -144,6 +163,7 @@ class JobBook:
             next_placements=(),
             waiting_reason="",
             started_at=job.started_at or now,
+            **changes,
         )
         self.ctx.live.job(new.id, new.attempt, now)
         event(
@@ -178,8 +198,14 @@ class JobBook:
         return [(n, t) for n, t in self.ctx.live.tasks_of(job.id, job.attempt) if placed_on(job, t.key.rank, n)]
 
     def preempt(self, job: JobRecord, reason: str) -> JobRecord:
-        """RUNNING -> PREEMPTED -> QUEUED, and straight on to RUNNING when a new allocation waits."""
+        """RUNNING -> PREEMPTED -> QUEUED, and straight on to RUNNING when a new allocation waits.
+
+        A job under a profiling lease goes back to PROFILING (placed again by the profiler's
+        next pass) until its profile was reported, then on to QUEUED with that profile.
+        """
         now = self.ctx.clock.now()
+        if job.state == JobState.PROFILING:
+            return self._profiling_ended(job, reason, now)
         nxt = job.next_placements
         job = self.with_progress(job).to(JobState.PREEMPTED, reason, now, preemptions=job.preemptions + 1)
         job = job.to(JobState.QUEUED, "back in the queue", now)
@@ -189,11 +215,33 @@ class JobBook:
             return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation")
         return replace(job, next_placements=())
 
+    def _profiling_ended(self, job: JobRecord, reason: str, now: float) -> JobRecord:
+        job = self.with_progress(job)
+        self.ctx.live.jobs.pop(job.id, None)
+        if job.profiled:
+            event(self.ctx.log, "job.profiled", job=job.id, reason=reason)
+            return job.to(
+                JobState.QUEUED,
+                f"{reason}; profile: profiled, queued with its best-case demand",
+                now,
+                profile_max_cpus=0.0,
+                next_placements=(),
+            )
+        event(self.ctx.log, "job.profiling_requeued", job=job.id, reason=reason)
+        return job.to(
+            JobState.PROFILING,
+            f"{reason}; back to profiling: waiting for a node to profile on",
+            now,
+            preemptions=job.preemptions + 1,
+            profile_max_cpus=0.0,
+            next_placements=(),
+        )
+
     def task_exited(
         self, job: JobRecord, rank: int, code: int, node_id: str, message: str, oom_killed: bool = False
     ) -> JobRecord | None:
         """The job after one of its current attempt's processes exited (None: nothing changes)."""
-        if job.state != JobState.RUNNING:
+        if not job.placed:
             return None
         now = self.ctx.clock.now()
         live = self.ctx.live.job(job.id, job.attempt, now)

@@ -17,9 +17,11 @@ from typing import Any, Mapping
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from synergy.scheduler.daemon.jobs import JobBook
-from synergy.scheduler.daemon.live import RankLease
+from synergy.scheduler.daemon.live import ObservedTask, RankLease
 from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.daemon.records import JobRecord, JobState
+from synergy.scheduler.daemon.profiling import with_point
+from synergy.scheduler.daemon.records import JobRecord, JobState, placed_on
+from synergy.scheduler.tasks import TaskKey
 
 
 #: Steps a stop may lie ahead of the furthest rank, whatever speed a job claims.
@@ -39,6 +41,8 @@ class Renewal:
     expires_at: float = 0.0
     stop_at_step: int = 0
     reason: str = ""
+    #: The rank's task as its agent last reported it (None: not reported yet).
+    in_force: ObservedTask | None = None
 
 
 class LeaseBook:
@@ -54,13 +58,22 @@ class LeaseBook:
     def _current(self, job: JobRecord, attempt: int, rank: int) -> None:
         if attempt < 1:
             raise InvalidArgument("attempt", f"must be at least 1, got {attempt}")
-        if job.state != JobState.RUNNING or attempt != job.attempt:
+        if not job.placed or attempt != job.attempt:
             raise FailedPrecondition(
                 f"attempt: {attempt} is not the job's running attempt (job {job.id} is {job.state.value}, "
                 f"attempt {job.attempt})"
             )
         if rank >= len(job.placements):
             raise InvalidArgument("rank", f"{rank} is out of range: the attempt has {len(job.placements)} node ranks")
+
+    def in_force(self, job: JobRecord, rank: int) -> ObservedTask | None:
+        """The rank's task as the node it is placed on last reported it (live only)."""
+        if not 0 <= rank < len(job.placements):
+            return None
+        node_id = job.placements[rank].server_id
+        node = self.ctx.live.nodes.get(node_id)
+        task = node.tasks.get(TaskKey(job.id, job.attempt, rank)) if node is not None else None
+        return task if task is not None and placed_on(job, rank, node_id) else None
 
     def register_process(
         self, caller: int, job_id: int, attempt: int, rank: int, world_size: int
@@ -80,8 +93,19 @@ class LeaseBook:
             return job, now + ctx.config.lease_grace
 
     def renew(
-        self, caller: int, job_id: int, attempt: int, rank: int, step: int, samples_per_s: float, steps_per_s: float
+        self,
+        caller: int,
+        job_id: int,
+        attempt: int,
+        rank: int,
+        step: int,
+        samples_per_s: float,
+        steps_per_s: float,
+        profile_cpus: int = 0,
+        cache: Mapping[str, int] | None = None,
     ) -> Renewal:
+        """`profile_cpus`: the next point of a profiling lease (0 = none); `cache`: the job's
+        MinIO cache counters (CacheStats in common.proto), kept live for describe."""
         for name, v in (("samples_per_s", samples_per_s), ("steps_per_s", steps_per_s)):
             if not math.isfinite(v) or v < 0:
                 raise InvalidArgument(name, f"must be a finite number >= 0, got {v}")
@@ -89,17 +113,28 @@ class LeaseBook:
         # The common answer (continue, or stop at an already agreed step) only reads a record
         # and writes this rank's live entry, both atomic dict operations: no lock, so a
         # thousand renewals a second do not queue behind heartbeats and rounds.
-        out = self._renew(self._own(caller, job_id), attempt, rank, step, samples_per_s, steps_per_s, locked=False)
-        if out is None:  # the stop step must be agreed and committed first
+        args = (attempt, rank, step, samples_per_s, steps_per_s, profile_cpus)
+        out = self._renew(self._own(caller, job_id), *args, locked=False)
+        if out is None:  # the stop step (or a profiling point) must be committed first
             with ctx.lock:
                 job = self._own(caller, job_id)
-                out = self._renew(job, attempt, rank, step, samples_per_s, steps_per_s, locked=True)
+                out = self._renew(job, *args, locked=True)
         assert out is not None
+        if cache is not None and out.action != LeaseAction.TERMINATE:
+            ctx.live.cache[job_id] = dict(cache)
         ctx.metrics.lease_renewals.labels(out.action.value).inc()
         return out
 
     def _renew(
-        self, job: JobRecord, attempt: int, rank: int, step: int, samples: float, rate: float, locked: bool
+        self,
+        job: JobRecord,
+        attempt: int,
+        rank: int,
+        step: int,
+        samples: float,
+        rate: float,
+        profile_cpus: int,
+        locked: bool,
     ) -> Renewal | None:
         """The renewal's answer; None when it needs a state change and `locked` is False."""
         ctx = self.ctx
@@ -107,7 +142,7 @@ class LeaseBook:
             return Renewal(LeaseAction.TERMINATE, job, reason=f"job {job.state.value}: {job.reason}")
         if attempt < 1:
             raise InvalidArgument("attempt", f"must be at least 1, got {attempt}")
-        if job.state != JobState.RUNNING or attempt != job.attempt:
+        if not job.placed or attempt != job.attempt:
             return Renewal(
                 LeaseAction.TERMINATE,
                 job,
@@ -115,12 +150,26 @@ class LeaseBook:
             )
         if rank >= len(job.placements):
             raise InvalidArgument("rank", f"{rank} is out of range: the attempt has {len(job.placements)} node ranks")
+        if profile_cpus and not job.stopping:
+            if not job.profiling_lease:
+                raise FailedPrecondition(f"profile_cpus: job {job.id} does not hold a profiling lease")
+            top = int(job.profile_max_cpus)
+            if not 1 <= profile_cpus <= top:
+                raise InvalidArgument("profile_cpus", f"must be from 1 to {top} (the profiling lease's CPUs), "
+                                      f"got {profile_cpus}")
+            if abs(job.placements[0].cpus - profile_cpus) > 1e-9:
+                if not locked:
+                    return None
+                new = with_point(job, profile_cpus)
+                ctx.save_jobs([(job, new)])
+                event(ctx.log, "job.profile_point", job=job.id, attempt=attempt, cpus=profile_cpus)
+                job = new
         now = ctx.clock.now()
         live = ctx.live.job(job.id, job.attempt, now)
         live.ranks[rank] = RankLease(now, step, samples, rate)
         expires = now + ctx.config.lease_grace
         if not job.stopping:
-            return Renewal(LeaseAction.CONTINUE, job, expires)
+            return Renewal(LeaseAction.CONTINUE, job, expires, in_force=self.in_force(job, rank))
         if not job.stop_at_step:
             if not locked:
                 return None
@@ -129,18 +178,26 @@ class LeaseBook:
             ctx.save_jobs([(job, new)])
             event(ctx.log, "job.stop_agreed", job=job.id, attempt=attempt, stop_at_step=new.stop_at_step)
             job = new
-        return Renewal(LeaseAction.STOP, job, expires, job.stop_at_step, job.stop_reason)
+        return Renewal(LeaseAction.STOP, job, expires, job.stop_at_step, job.stop_reason, self.in_force(job, rank))
 
     def report_profile(self, caller: int, job_id: int, profile: Mapping[str, Any]) -> str:
+        """Store a reported profile. Under a profiling lease it is "profiled" and ends the
+        profiling: the job is asked to stop (checkpoint, exit 75) and then queues with it."""
         ctx = self.ctx
         with ctx.lock:
             job = self._own(caller, job_id)
             if job.state.terminal:
                 raise FailedPrecondition(f"job_id: job {job_id} already ended ({job.state.value})")
-            new = replace(job, reported_profile=dict(profile), profile_source="reported")
+            profiled = job.state == JobState.PROFILING
+            new = replace(job, reported_profile=dict(profile), profiled=profiled)
+            new = replace(new, profile_source=ctx.profiles.source(new))
+            if new.profiling_lease:
+                new = self.jobs.request_stop(new, "profiled: the profiling lease ends")
+            elif profiled:  # not placed (e.g. requeued into profiling meanwhile): queue it now
+                new = new.to(JobState.QUEUED, "profile: profiled; waiting for the next round", ctx.clock.now())
             ctx.save_jobs([(job, new)])
             ctx.profiles.forget(job.id)
-            event(ctx.log, "job.profile_reported", job=job.id)
+            event(ctx.log, "job.profile_reported", job=job.id, source=new.profile_source)
             return new.profile_source
 
     def report_checkpoint(self, caller: int, job_id: int, attempt: int, step: int, path: str) -> int:
@@ -168,7 +225,7 @@ class LeaseBook:
             job = self._own(caller, job_id)
             if job.state.terminal:
                 return job.state
-            if job.state != JobState.RUNNING or attempt != job.attempt:
+            if not job.placed or attempt != job.attempt:
                 raise FailedPrecondition(
                     f"attempt: {attempt} is not the job's running attempt (job {job.id} is {job.state.value}, "
                     f"attempt {job.attempt})"
@@ -191,7 +248,7 @@ class LeaseBook:
             now = ctx.clock.now()
             changes = []
             for job in ctx.store.active_jobs():
-                if job.state != JobState.RUNNING:
+                if not job.placed:
                     continue
                 live = ctx.live.job(job.id, job.attempt, now)
                 reason = ""

@@ -25,6 +25,8 @@ class ObservedTask:
     placement: Placement | None = None
     #: Exited because the kernel killed it at its memory limit (reported as a kind, not text).
     oom_killed: bool = False
+    #: The cores (node-local ids) of the task's cpuset as the agent reports them.
+    cores: tuple[int, ...] = ()
     #: Latest usage sample (ResourceUsage in dict form; empty = none yet). Live only.
     usage: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     #: The agent's contention eliminator throttles it (TaskThrottle in dict form; empty = not). Live only.
@@ -87,6 +89,8 @@ class NodeLive:
 class LiveState:
     jobs: dict[int, JobLive] = field(default_factory=dict)
     nodes: dict[str, NodeLive] = field(default_factory=dict)
+    #: Job id -> its MinIO cache counters from the latest renewal that carried them.
+    cache: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def job(self, job_id: int, attempt: int, now: float) -> JobLive:
         """The live view of `attempt`, starting a fresh one when the attempt changed."""

@@ -22,6 +22,7 @@ from synergy.scheduler.daemon.events import (
     GaugeEvent,
     LeaseExpiryEvent,
     NodeLivenessEvent,
+    ProfilingEvent,
     ProgressFlushEvent,
     RoundEvent,
 )
@@ -30,7 +31,7 @@ from synergy.scheduler.daemon.server import BindError
 from synergy.scheduler.profiles.format import ProfileError
 from synergy.scheduler.statedir import DatabaseDamaged, StateDirError, is_corruption
 
-EVENTS = (RoundEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, GaugeEvent)
+EVENTS = (RoundEvent, ProfilingEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, GaugeEvent)
 
 
 class Exit(enum.IntEnum):

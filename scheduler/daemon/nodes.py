@@ -272,7 +272,7 @@ class NodeBook:
         """RUNNING jobs per node they hold a share on, in one pass over the active jobs."""
         out: dict[str, list[JobRecord]] = {}
         for j in self.ctx.store.active_jobs():
-            if j.state == JobState.RUNNING:
+            if j.placed:
                 for node_id in dict.fromkeys(p.server_id for p in j.placements):
                     out.setdefault(node_id, []).append(j)
         return out

@@ -1,10 +1,16 @@
 """Which sensitivity profile a job is scheduled with, and why.
 
-Order of precedence: the profile the iterator reported (measured on this job) > a profile
+Order of precedence: the profile the iterator measured under a profiling lease ("profiled")
+or otherwise reported (measured on this job) > a profile
 submitted with the job > the zoo entry for the job's model > a representative zoo model
 for the job's task class > a "proportional" profile that asks for exactly the
 GPU-proportional share (or the user's CPU / memory hints), which is what a scheduler
 without sensitivity information would give.
+
+Which jobs are profiled live (`needs_profiling`): a training job whose spec says
+`profiler: synergy|coda`, or `auto` (the default) with no known profile (no spec profile, its
+model not in the zoo / --profiles); never `profiler: none`, CPU-only jobs, or a job whose
+profile was already reported.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from synergy.scheduler.daemon.records import JobRecord
+from synergy.scheduler.jobspec.spec import PROFILER_CODA, PROFILER_NONE, PROFILER_SYNERGY
 from synergy.scheduler.model import Cluster
 from synergy.scheduler.profiles.format import SensitivityProfile
 from synergy.scheduler.profiles.zoo import get_profiles
@@ -38,7 +45,7 @@ class ProfileBook:
     def source(self, job: JobRecord) -> str:
         """Where `profile()` will take the job's profile from, as shown by describe."""
         if job.reported_profile is not None:
-            return "reported"
+            return "profiled" if job.profiled else "reported"
         if job.spec.profile is not None:
             return "spec"
         if job.spec.model in self.zoo:
@@ -48,9 +55,18 @@ class ProfileBook:
             return f"zoo:{stand_in} (stand-in for task {job.spec.task})"
         return "proportional"
 
+    def needs_profiling(self, job: JobRecord) -> bool:
+        """Whether the job gets a profiling lease before it queues (module docstring)."""
+        spec = job.spec
+        if spec.cpu_only or spec.profiler == PROFILER_NONE or job.reported_profile is not None:
+            return False
+        if spec.profiler in (PROFILER_SYNERGY, PROFILER_CODA):
+            return True
+        return spec.profile is None and spec.model not in self.zoo
+
     def profile(self, job: JobRecord, cluster: Cluster) -> SensitivityProfile:
         src = self.source(job)
-        if src == "reported":
+        if src in ("reported", "profiled"):
             return self._parse(job, "reported", job.reported_profile)
         if src == "spec":
             return self._parse(job, "spec", job.spec.profile)

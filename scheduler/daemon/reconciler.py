@@ -150,7 +150,7 @@ class Reconciler:
             current = changes[first.id][1] if first.id in changes else first
             if t.key.attempt != current.attempt:
                 continue
-            if current.state == JobState.RUNNING and not placed_on(current, t.key.rank, node_id):
+            if current.placed and not placed_on(current, t.key.rank, node_id):
                 foreign.add(t.key)
                 self._foreign_report(node_id, current, t)
                 continue
@@ -173,7 +173,7 @@ class Reconciler:
         forget = []
         for t in exited:
             job = ctx.store.job(t.key.job_id)
-            if job is None or job.state != JobState.RUNNING or job.attempt != t.key.attempt or t.key in foreign:
+            if job is None or not job.placed or job.attempt != t.key.attempt or t.key in foreign:
                 forget.append(t.key)
         return forget
 

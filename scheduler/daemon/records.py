@@ -33,12 +33,23 @@ class JobState(str, enum.Enum):
     def terminal(self) -> bool:
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
+    @property
+    def can_hold(self) -> bool:
+        """States in which a job may hold a placement: RUNNING, and PROFILING under a
+        profiling lease (a real placed task that reconciler, leases and node loss treat alike)."""
+        return self in (JobState.RUNNING, JobState.PROFILING)
+
 
 #: The lifecycle graph (docs/daemon.md). Any other transition is a bug and raises.
 ALLOWED: dict[JobState | None, frozenset[JobState]] = {
     None: frozenset({JobState.SUBMITTED}),
     JobState.SUBMITTED: frozenset({JobState.PROFILING, JobState.CANCELLED}),
-    JobState.PROFILING: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
+    # PROFILING -> PROFILING: placed under a profiling lease, or requeued into profiling (its
+    # node was lost, it was stopped before its profile was reported); SUCCEEDED: the job
+    # finished its training while it was being profiled.
+    JobState.PROFILING: frozenset(
+        {JobState.PROFILING, JobState.QUEUED, JobState.CANCELLED, JobState.FAILED, JobState.SUCCEEDED}
+    ),
     JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
     JobState.RUNNING: frozenset({JobState.PREEMPTED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
     JobState.PREEMPTED: frozenset({JobState.QUEUED, JobState.CANCELLED}),
@@ -68,6 +79,11 @@ class JobRecord:
     waiting_reason: str = ""
     #: Profile reported by the iterator (per-model JSON form); beats the spec's and the zoo's.
     reported_profile: Mapping[str, Any] | None = None
+    #: The reported profile was measured under this job's profiling lease ("profiled"), not
+    #: merely reported by the job ("reported").
+    profiled: bool = False
+    #: Under a profiling lease: the most CPUs a point may ask for (the CPUs placed at launch).
+    profile_max_cpus: float = 0.0
     profile_source: str = ""
     #: Desired allocation while RUNNING (empty otherwise).
     placements: tuple[Placement, ...] = ()
@@ -104,6 +120,15 @@ class JobRecord:
     def stopping(self) -> bool:
         return bool(self.stop_reason)
 
+    @property
+    def placed(self) -> bool:
+        """Holds a placement with live tasks: RUNNING, or PROFILING under a profiling lease."""
+        return self.state.can_hold and bool(self.placements)
+
+    @property
+    def profiling_lease(self) -> bool:
+        return self.state == JobState.PROFILING and bool(self.placements)
+
     def to(self, state: JobState, reason: str, now: float, **changes: Any) -> JobRecord:
         """This job after a lifecycle transition (kept in the history with its reason)."""
         if state not in ALLOWED[self.state]:
@@ -112,6 +137,7 @@ class JobRecord:
         if state.terminal:
             extra["finished_at"] = now
         if state != JobState.RUNNING:
+            # PROFILING: a placement is given explicitly (in `changes`) by the profiling launch.
             extra.update(placements=(), stop_reason="", stop_requested_at=0.0, stop_at_step=0)
         if state.terminal:
             extra["next_placements"] = ()

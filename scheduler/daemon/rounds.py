@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.daemon.context import DaemonContext
@@ -28,8 +28,9 @@ from synergy.scheduler.daemon.errors import InvalidArgument
 from synergy.scheduler.daemon.jobs import JobBook, fmt_placements, same_share
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
+from synergy.scheduler.daemon.profiling import held_by_profiling
 from synergy.scheduler.daemon.records import JobRecord, JobState
-from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, RoundInput, Server
+from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, Resources, RoundInput, Server
 from synergy.scheduler.placement.migration import migrated
 from synergy.scheduler.registry import UnknownNameError, build_scheduler
 
@@ -98,15 +99,21 @@ class RoundLoop:
 
         Nodes are not filtered here: admin state and liveness travel as data on each
         `Server`, and the core's filters (placement/filters.py) decide what they mean.
+        Shares held by profiling leases (profiling.py) are taken out of the nodes: the core
+        does not see profiling jobs, and must not give their CPUs away.
         """
-        jobs = [j for j in self.ctx.store.active_jobs() if j.state in (JobState.QUEUED, JobState.RUNNING)]
-        return self.cluster(), jobs
+        active = self.ctx.store.active_jobs()
+        jobs = [j for j in active if j.state in (JobState.QUEUED, JobState.RUNNING)]
+        return self.cluster(held_by_profiling(active)), jobs
 
-    def cluster(self) -> Cluster:
-        """Every registered node as the core sees it (caller holds the lock): the rounds'
-        input, and what DescribeJob / ListJobs compute a job's proportional share on."""
+    def cluster(self, held: Mapping[str, Resources] | None = None) -> Cluster:
+        """Every registered node as the core sees it (caller holds the lock), less the shares
+        in `held` (node id -> what profiling leases hold there): the rounds' input, and, with
+        nothing held, what DescribeJob / ListJobs compute a job's proportional share on."""
+        held = held or {}
         return Cluster(tuple(
-            Server(node.id, node.allocatable, admin=node.admin_state, last_heartbeat_s=self.nodes.last_heard(node.id))
+            Server(node.id, node.allocatable - held.get(node.id, Resources()), admin=node.admin_state,
+                   last_heartbeat_s=self.nodes.last_heard(node.id))
             for node in self.ctx.store.nodes()
         ))
 

@@ -27,6 +27,7 @@ MAX_SPEC_BYTES = rules.MAX_SPEC_BYTES
 MAX_TEXT_CHARS = 1024
 MAX_TASKS_PER_NODE = 1024
 MAX_GPUS_PER_NODE = 1024
+MAX_CORES_PER_NODE = 65536
 #: Steps, attempts and ranks above this are not plausible (and would not survive JSON).
 MAX_COUNTER = 2**53
 
@@ -92,6 +93,15 @@ def counter(value: int, field: str) -> int:
     if value > MAX_COUNTER:
         raise InvalidArgument(field, f"{value} is implausibly large (at most 2^53)")
     return value
+
+
+def cache_stats(msg: Message, field: str) -> dict[str, int]:
+    """A CacheStats message as plain counters (each at most 2^53; used <= capacity not
+    required: a shrink is applied between two reports)."""
+    out = {}
+    for f in msg.DESCRIPTOR.fields:
+        out[f.name] = counter(getattr(msg, f.name), f"{field}.{f.name}")
+    return out
 
 
 def task_placement(p: Placement, field: str) -> Placement:

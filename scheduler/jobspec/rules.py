@@ -12,7 +12,7 @@ import math
 import re
 from typing import Iterable
 
-from synergy.scheduler.jobspec.spec import KIND_CPU, KIND_TRAINING, KINDS, JobSpec, SpecError
+from synergy.scheduler.jobspec.spec import KIND_CPU, KIND_TRAINING, KINDS, PROFILERS, JobSpec, SpecError
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
 
 #: Names appear in tables, logs and metric labels: short and shell-safe. They start with a
@@ -60,6 +60,9 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
     top = INT32_MAX if max_job_gpus is None else max_job_gpus
     if spec.kind not in KINDS:
         raise SpecError(p + "kind", f"must be {KIND_TRAINING!r} or {KIND_CPU!r}, got {_show(spec.kind)}")
+    if spec.profiler not in PROFILERS:
+        names = ", ".join(x for x in PROFILERS if x)
+        raise SpecError(p + "profiler", f"must be one of {names}, got {_show(spec.profiler)}")
     if spec.cpu_only:
         _cpu_request(spec, p)
     elif spec.gpus < 1:

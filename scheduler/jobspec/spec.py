@@ -10,6 +10,13 @@ KIND_TRAINING = "training"
 KIND_CPU = "cpu"
 KINDS = ("", KIND_TRAINING, KIND_CPU)
 
+#: How a job's profile is found ("" = auto): see `JobSpec.profiler`.
+PROFILER_AUTO = "auto"
+PROFILER_SYNERGY = "synergy"
+PROFILER_CODA = "coda"
+PROFILER_NONE = "none"
+PROFILERS = ("", PROFILER_AUTO, PROFILER_SYNERGY, PROFILER_CODA, PROFILER_NONE)
+
 
 class SpecError(ValueError):
     """A spec field breaks a rule.
@@ -61,10 +68,18 @@ class JobSpec:
     #: "" or "training" (GPU training) or "cpu" (CPU-only: gpus 0, cpus_hint and mem_gb_hint
     #: are then its request, not hints).
     kind: str = ""
+    #: "" / "auto": profile live only when no profile is known; "synergy" / "coda": always
+    #: profile live with that search; "none": never (stand-in or proportional share).
+    profiler: str = ""
 
     @property
     def cpu_only(self) -> bool:
         return self.kind == KIND_CPU
+
+    @property
+    def profile_search(self) -> str:
+        """The live search a profiling lease runs: "coda" when asked for, else "synergy"."""
+        return PROFILER_CODA if self.profiler == PROFILER_CODA else PROFILER_SYNERGY
 
     @property
     def env_dict(self) -> dict[str, str]:

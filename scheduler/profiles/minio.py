@@ -72,18 +72,37 @@ def cpu_rate(p: MinioModel, cpus: float) -> float:
     return p.cpu_samples_per_s_one_core * max(cpus, 0.0) ** p.cpu_alpha
 
 
+def hit_fraction(mem_gb: float, process_mem_gb: float, dataset_gb: float) -> float:
+    """MinIO's hit rate: the cached fraction of the dataset, with memory above the process's own.
+
+    The one definition of the memory axis; `hit_rate` (a `MinioModel`) and the profiler's fill
+    (a measured CPU curve, `synergy.profiler.fill`) both call it.
+    """
+    cached = max(0.0, mem_gb - process_mem_gb)
+    return min(1.0, cached / dataset_gb)
+
+
+def storage_samples_per_s(miss: float, sample_kb: float, storage_mb_s: float) -> float:
+    """Samples/s storage delivers when a fraction `miss` of the samples is read from it."""
+    if miss <= 0.0:
+        return math.inf
+    return storage_mb_s * 1e6 / (miss * sample_kb * 1e3)
+
+
+def miss_for_storage_rate(samples_per_s: float, sample_kb: float, storage_mb_s: float) -> float:
+    """The miss fraction at which storage delivers exactly `samples_per_s`: the inverse of
+    `storage_samples_per_s`. At or above 1, storage keeps up even when nothing is cached."""
+    return storage_mb_s * 1e6 / (samples_per_s * sample_kb * 1e3)
+
+
 def hit_rate(p: MinioModel, mem_gb: float) -> float:
     """Fraction of an epoch's samples MinIO serves from memory at `mem_gb` per GPU."""
-    cached = max(0.0, mem_gb - p.process_mem_gb)
-    return min(1.0, cached / p.dataset_gb)
+    return hit_fraction(mem_gb, p.process_mem_gb, p.dataset_gb)
 
 
 def storage_rate(p: MinioModel, mem_gb: float) -> float:
     """Samples/s storage delivers given the misses at `mem_gb`; inf when all is cached."""
-    miss = 1.0 - hit_rate(p, mem_gb)
-    if miss <= 0.0:
-        return math.inf
-    return p.storage_mb_s * 1e6 / (miss * p.sample_kb * 1e3)
+    return storage_samples_per_s(1.0 - hit_rate(p, mem_gb), p.sample_kb, p.storage_mb_s)
 
 
 def rate(p: MinioModel, cpus: float, mem_gb: float) -> float:

@@ -224,3 +224,16 @@ def test_help_explains_every_command(capsys: pytest.CaptureFixture[str]) -> None
         assert main([*command.split(), "--help"]) == 0
         text = capsys.readouterr().out
         assert "--json" in text and "--address" in text, command
+
+
+def test_a_bad_profiler_flag_is_one_line_naming_the_field(cli) -> None:
+    run = cli("submit", "--name", "badprof", "--gpus", "1", "--profiler", "fast", "--", "python", "t.py")
+    assert run.code != 0 and "Traceback" not in run.err
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1 and "spec.profiler" in lines[0] and "--profiler" in lines[0], run.err
+
+
+def test_profiler_flag_reaches_the_spec(cli) -> None:
+    job = as_json(cli("submit", "--name", "coda-job", "--gpus", "1", "--profiler", "coda", "--json",
+                      "--", "python", "t.py"))
+    assert job["spec"]["profiler"] == "coda" and job["state"] == "profiling"

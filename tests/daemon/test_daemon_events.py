@@ -20,7 +20,7 @@ def running_logic(n_jobs: int) -> Logic:
                           launch_timeout_s=20, stop_timeout_s=15)
     logic = Logic.build(DaemonContext(config, ManualClock(), MemoryStore(), ProfileBook({})))
     logic.nodes.register(NodeRecord("n", "n", Resources(n_jobs, 4 * n_jobs, 64 * n_jobs), Resources()), [])
-    ids = [logic.jobs.submit(JobSpec(name=f"j{i}", command=("train",), gpus=1)).id for i in range(n_jobs)]
+    ids = [logic.jobs.submit(JobSpec(name=f"j{i}", command=("train",), gpus=1, profiler="none")).id for i in range(n_jobs)]
     logic.rounds.apply(logic.rounds.plan())
     for jid in ids:
         assert logic.jobs.get(jid).state == JobState.RUNNING

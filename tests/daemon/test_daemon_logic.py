@@ -72,6 +72,7 @@ def round_(logic: Logic) -> None:
 
 
 def submit(logic: Logic, name: str, gpus: int = 1, **kw) -> int:
+    kw.setdefault("profiler", "none")  # simulated jobs do not profile themselves (tests of profiling say so)
     return logic.jobs.submit(JobSpec(name=name, command=("train",), gpus=gpus, **kw)).id
 
 

@@ -24,37 +24,39 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17synergy/v1/common.proto\x12\nsynergy.v1\"7\n\tResources\x12\x0c\n\x04gpus\x18\x01 \x01(\x01\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x01\x12\x0e\n\x06mem_gb\x18\x03 \x01(\x01\"H\n\tPlacement\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x01(\r\x12\x0c\n\x04\x63pus\x18\x03 \x01(\x01\x12\x0e\n\x06mem_gb\x18\x04 \x01(\x01\" \n\nProfileRow\x12\x12\n\nthroughput\x18\x01 \x03(\x01\"\xf2\x01\n\x12SensitivityProfile\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x14\n\x0c\x63pus_per_gpu\x18\x03 \x03(\x01\x12\x16\n\x0emem_gb_per_gpu\x18\x04 \x03(\x01\x12*\n\nthroughput\x18\x05 \x03(\x0b\x32\x16.synergy.v1.ProfileRow\x12\x1e\n\x16reference_cpus_per_gpu\x18\x06 \x01(\x01\x12 \n\x18reference_mem_gb_per_gpu\x18\x07 \x01(\x01\x12\x13\n\x0biter_time_s\x18\x08 \x01(\x01\x12\x0e\n\x06source\x18\t \x01(\t\"G\n\x07GpuInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tmemory_gb\x18\x04 \x01(\x01\"e\n\x0cGpuTelemetry\x12\r\n\x05index\x18\x01 \x01(\r\x12\x17\n\x0futilization_pct\x18\x02 \x01(\x01\x12\x16\n\x0ememory_used_gb\x18\x03 \x01(\x01\x12\x15\n\rtemperature_c\x18\x04 \x01(\x01\"\xf7\x01\n\rNodeTelemetry\x12\x1b\n\x13\x63ollected_at_unix_s\x18\x01 \x01(\x01\x12\x14\n\x0c\x63pu_util_pct\x18\x02 \x01(\x01\x12\x13\n\x0bmem_used_gb\x18\x03 \x01(\x01\x12\x13\n\x0bload_avg_1m\x18\x04 \x01(\x01\x12&\n\x04gpus\x18\x05 \x03(\x0b\x32\x18.synergy.v1.GpuTelemetry\x12(\n\x05usage\x18\x06 \x01(\x0b\x32\x19.synergy.v1.ResourceUsage\x12\x37\n\x12peak_mem_bandwidth\x18\x07 \x01(\x0b\x32\x1b.synergy.v1.MemoryBandwidth\"S\n\x0cTaskThrottle\x12\r\n\x05level\x18\x01 \x01(\r\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x14\n\x0csince_unix_s\x18\x03 \x01(\x01\x12\x0e\n\x06reason\x18\x04 \x01(\t\"3\n\x0fMemoryBandwidth\x12\x10\n\x08gb_per_s\x18\x01 \x01(\x01\x12\x0e\n\x06source\x18\x02 \x01(\t\"2\n\x08Pressure\x12\x12\n\nsome_avg10\x18\x01 \x01(\x01\x12\x12\n\nfull_avg10\x18\x02 \x01(\x01\"\xe5\x02\n\rResourceUsage\x12\x11\n\tcpu_cores\x18\x01 \x01(\x01\x12\x11\n\trss_bytes\x18\x02 \x01(\x04\x12\x13\n\x0bpage_faults\x18\x03 \x01(\x04\x12\x15\n\rio_read_bytes\x18\x04 \x01(\x04\x12\x16\n\x0eio_write_bytes\x18\x05 \x01(\x04\x12*\n\x0c\x63pu_pressure\x18\x06 \x01(\x0b\x32\x14.synergy.v1.Pressure\x12-\n\x0fmemory_pressure\x18\x07 \x01(\x0b\x32\x14.synergy.v1.Pressure\x12)\n\x0bio_pressure\x18\x08 \x01(\x0b\x32\x14.synergy.v1.Pressure\x12\x32\n\rmem_bandwidth\x18\t \x01(\x0b\x32\x1b.synergy.v1.MemoryBandwidth\x12\x14\n\x0cgpu_util_pct\x18\n \x01(\x01\x12\x1a\n\x12gpu_memory_used_gb\x18\x0b \x01(\x01*\xe5\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13JOB_STATE_SUBMITTED\x10\x01\x12\x17\n\x13JOB_STATE_PROFILING\x10\x02\x12\x14\n\x10JOB_STATE_QUEUED\x10\x03\x12\x15\n\x11JOB_STATE_RUNNING\x10\x04\x12\x17\n\x13JOB_STATE_PREEMPTED\x10\x05\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x06\x12\x14\n\x10JOB_STATE_FAILED\x10\x07\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x08*\x84\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10NODE_STATE_READY\x10\x01\x12\x17\n\x13NODE_STATE_CORDONED\x10\x02\x12\x17\n\x13NODE_STATE_DRAINING\x10\x03\x12\x13\n\x0fNODE_STATE_LOST\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17synergy/v1/common.proto\x12\nsynergy.v1\"7\n\tResources\x12\x0c\n\x04gpus\x18\x01 \x01(\x01\x12\x0c\n\x04\x63pus\x18\x02 \x01(\x01\x12\x0e\n\x06mem_gb\x18\x03 \x01(\x01\"H\n\tPlacement\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0c\n\x04gpus\x18\x02 \x01(\r\x12\x0c\n\x04\x63pus\x18\x03 \x01(\x01\x12\x0e\n\x06mem_gb\x18\x04 \x01(\x01\"\x8c\x01\n\nCacheStats\x12\x0c\n\x04hits\x18\x01 \x01(\x04\x12\x11\n\thit_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06misses\x18\x03 \x01(\x04\x12\x12\n\nmiss_bytes\x18\x04 \x01(\x04\x12\r\n\x05items\x18\x05 \x01(\x04\x12\x12\n\nused_bytes\x18\x06 \x01(\x04\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x07 \x01(\x04\" \n\nProfileRow\x12\x12\n\nthroughput\x18\x01 \x03(\x01\"\xf2\x01\n\x12SensitivityProfile\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x14\n\x0c\x63pus_per_gpu\x18\x03 \x03(\x01\x12\x16\n\x0emem_gb_per_gpu\x18\x04 \x03(\x01\x12*\n\nthroughput\x18\x05 \x03(\x0b\x32\x16.synergy.v1.ProfileRow\x12\x1e\n\x16reference_cpus_per_gpu\x18\x06 \x01(\x01\x12 \n\x18reference_mem_gb_per_gpu\x18\x07 \x01(\x01\x12\x13\n\x0biter_time_s\x18\x08 \x01(\x01\x12\x0e\n\x06source\x18\t \x01(\t\"G\n\x07GpuInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\tmemory_gb\x18\x04 \x01(\x01\"e\n\x0cGpuTelemetry\x12\r\n\x05index\x18\x01 \x01(\r\x12\x17\n\x0futilization_pct\x18\x02 \x01(\x01\x12\x16\n\x0ememory_used_gb\x18\x03 \x01(\x01\x12\x15\n\rtemperature_c\x18\x04 \x01(\x01\"\xf7\x01\n\rNodeTelemetry\x12\x1b\n\x13\x63ollected_at_unix_s\x18\x01 \x01(\x01\x12\x14\n\x0c\x63pu_util_pct\x18\x02 \x01(\x01\x12\x13\n\x0bmem_used_gb\x18\x03 \x01(\x01\x12\x13\n\x0bload_avg_1m\x18\x04 \x01(\x01\x12&\n\x04gpus\x18\x05 \x03(\x0b\x32\x18.synergy.v1.GpuTelemetry\x12(\n\x05usage\x18\x06 \x01(\x0b\x32\x19.synergy.v1.ResourceUsage\x12\x37\n\x12peak_mem_bandwidth\x18\x07 \x01(\x0b\x32\x1b.synergy.v1.MemoryBandwidth\"S\n\x0cTaskThrottle\x12\r\n\x05level\x18\x01 \x01(\r\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x14\n\x0csince_unix_s\x18\x03 \x01(\x01\x12\x0e\n\x06reason\x18\x04 \x01(\t\"3\n\x0fMemoryBandwidth\x12\x10\n\x08gb_per_s\x18\x01 \x01(\x01\x12\x0e\n\x06source\x18\x02 \x01(\t\"2\n\x08Pressure\x12\x12\n\nsome_avg10\x18\x01 \x01(\x01\x12\x12\n\nfull_avg10\x18\x02 \x01(\x01\"\xe5\x02\n\rResourceUsage\x12\x11\n\tcpu_cores\x18\x01 \x01(\x01\x12\x11\n\trss_bytes\x18\x02 \x01(\x04\x12\x13\n\x0bpage_faults\x18\x03 \x01(\x04\x12\x15\n\rio_read_bytes\x18\x04 \x01(\x04\x12\x16\n\x0eio_write_bytes\x18\x05 \x01(\x04\x12*\n\x0c\x63pu_pressure\x18\x06 \x01(\x0b\x32\x14.synergy.v1.Pressure\x12-\n\x0fmemory_pressure\x18\x07 \x01(\x0b\x32\x14.synergy.v1.Pressure\x12)\n\x0bio_pressure\x18\x08 \x01(\x0b\x32\x14.synergy.v1.Pressure\x12\x32\n\rmem_bandwidth\x18\t \x01(\x0b\x32\x1b.synergy.v1.MemoryBandwidth\x12\x14\n\x0cgpu_util_pct\x18\n \x01(\x01\x12\x1a\n\x12gpu_memory_used_gb\x18\x0b \x01(\x01*\xe5\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13JOB_STATE_SUBMITTED\x10\x01\x12\x17\n\x13JOB_STATE_PROFILING\x10\x02\x12\x14\n\x10JOB_STATE_QUEUED\x10\x03\x12\x15\n\x11JOB_STATE_RUNNING\x10\x04\x12\x17\n\x13JOB_STATE_PREEMPTED\x10\x05\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x06\x12\x14\n\x10JOB_STATE_FAILED\x10\x07\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x08*\x84\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10NODE_STATE_READY\x10\x01\x12\x17\n\x13NODE_STATE_CORDONED\x10\x02\x12\x17\n\x13NODE_STATE_DRAINING\x10\x03\x12\x13\n\x0fNODE_STATE_LOST\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'synergy.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATE']._serialized_start=1426
-  _globals['_JOBSTATE']._serialized_end=1655
-  _globals['_NODESTATE']._serialized_start=1658
-  _globals['_NODESTATE']._serialized_end=1790
+  _globals['_JOBSTATE']._serialized_start=1569
+  _globals['_JOBSTATE']._serialized_end=1798
+  _globals['_NODESTATE']._serialized_start=1801
+  _globals['_NODESTATE']._serialized_end=1933
   _globals['_RESOURCES']._serialized_start=39
   _globals['_RESOURCES']._serialized_end=94
   _globals['_PLACEMENT']._serialized_start=96
   _globals['_PLACEMENT']._serialized_end=168
-  _globals['_PROFILEROW']._serialized_start=170
-  _globals['_PROFILEROW']._serialized_end=202
-  _globals['_SENSITIVITYPROFILE']._serialized_start=205
-  _globals['_SENSITIVITYPROFILE']._serialized_end=447
-  _globals['_GPUINFO']._serialized_start=449
-  _globals['_GPUINFO']._serialized_end=520
-  _globals['_GPUTELEMETRY']._serialized_start=522
-  _globals['_GPUTELEMETRY']._serialized_end=623
-  _globals['_NODETELEMETRY']._serialized_start=626
-  _globals['_NODETELEMETRY']._serialized_end=873
-  _globals['_TASKTHROTTLE']._serialized_start=875
-  _globals['_TASKTHROTTLE']._serialized_end=958
-  _globals['_MEMORYBANDWIDTH']._serialized_start=960
-  _globals['_MEMORYBANDWIDTH']._serialized_end=1011
-  _globals['_PRESSURE']._serialized_start=1013
-  _globals['_PRESSURE']._serialized_end=1063
-  _globals['_RESOURCEUSAGE']._serialized_start=1066
-  _globals['_RESOURCEUSAGE']._serialized_end=1423
+  _globals['_CACHESTATS']._serialized_start=171
+  _globals['_CACHESTATS']._serialized_end=311
+  _globals['_PROFILEROW']._serialized_start=313
+  _globals['_PROFILEROW']._serialized_end=345
+  _globals['_SENSITIVITYPROFILE']._serialized_start=348
+  _globals['_SENSITIVITYPROFILE']._serialized_end=590
+  _globals['_GPUINFO']._serialized_start=592
+  _globals['_GPUINFO']._serialized_end=663
+  _globals['_GPUTELEMETRY']._serialized_start=665
+  _globals['_GPUTELEMETRY']._serialized_end=766
+  _globals['_NODETELEMETRY']._serialized_start=769
+  _globals['_NODETELEMETRY']._serialized_end=1016
+  _globals['_TASKTHROTTLE']._serialized_start=1018
+  _globals['_TASKTHROTTLE']._serialized_end=1101
+  _globals['_MEMORYBANDWIDTH']._serialized_start=1103
+  _globals['_MEMORYBANDWIDTH']._serialized_end=1154
+  _globals['_PRESSURE']._serialized_start=1156
+  _globals['_PRESSURE']._serialized_end=1206
+  _globals['_RESOURCEUSAGE']._serialized_start=1209
+  _globals['_RESOURCEUSAGE']._serialized_end=1566
 # @@protoc_insertion_point(module_scope)

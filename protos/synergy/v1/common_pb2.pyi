@@ -63,6 +63,24 @@ class Placement(_message.Message):
     mem_gb: float
     def __init__(self, node_id: _Optional[str] = ..., gpus: _Optional[int] = ..., cpus: _Optional[float] = ..., mem_gb: _Optional[float] = ...) -> None: ...
 
+class CacheStats(_message.Message):
+    __slots__ = ("hits", "hit_bytes", "misses", "miss_bytes", "items", "used_bytes", "capacity_bytes")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    HIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    MISS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    hits: int
+    hit_bytes: int
+    misses: int
+    miss_bytes: int
+    items: int
+    used_bytes: int
+    capacity_bytes: int
+    def __init__(self, hits: _Optional[int] = ..., hit_bytes: _Optional[int] = ..., misses: _Optional[int] = ..., miss_bytes: _Optional[int] = ..., items: _Optional[int] = ..., used_bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ...) -> None: ...
+
 class ProfileRow(_message.Message):
     __slots__ = ("throughput",)
     THROUGHPUT_FIELD_NUMBER: _ClassVar[int]

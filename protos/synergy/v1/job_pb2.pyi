@@ -42,6 +42,32 @@ class Lease(_message.Message):
     round_index: int
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., expires_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., round_index: _Optional[int] = ...) -> None: ...
 
+class Allocation(_message.Message):
+    __slots__ = ("cpus", "cores", "mem_gb", "known")
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    MEM_GB_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    cpus: float
+    cores: _containers.RepeatedScalarFieldContainer[int]
+    mem_gb: float
+    known: bool
+    def __init__(self, cpus: _Optional[float] = ..., cores: _Optional[_Iterable[int]] = ..., mem_gb: _Optional[float] = ..., known: _Optional[bool] = ...) -> None: ...
+
+class ProfilingLease(_message.Message):
+    __slots__ = ("search", "max_cpus", "task", "gpus", "max_mem_gb")
+    SEARCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_CPUS_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MEM_GB_FIELD_NUMBER: _ClassVar[int]
+    search: str
+    max_cpus: int
+    task: str
+    gpus: int
+    max_mem_gb: float
+    def __init__(self, search: _Optional[str] = ..., max_cpus: _Optional[int] = ..., task: _Optional[str] = ..., gpus: _Optional[int] = ..., max_mem_gb: _Optional[float] = ...) -> None: ...
+
 class RegisterJobProcessRequest(_message.Message):
     __slots__ = ("job_id", "attempt", "rank", "world_size", "node_id", "hostname", "pid")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -61,16 +87,18 @@ class RegisterJobProcessRequest(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class RegisterJobProcessResponse(_message.Message):
-    __slots__ = ("lease", "renew_interval_s", "resume_checkpoint_path", "resume_step")
+    __slots__ = ("lease", "renew_interval_s", "resume_checkpoint_path", "resume_step", "profiling")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     RENEW_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     RESUME_CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     RESUME_STEP_FIELD_NUMBER: _ClassVar[int]
+    PROFILING_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
     renew_interval_s: float
     resume_checkpoint_path: str
     resume_step: int
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., renew_interval_s: _Optional[float] = ..., resume_checkpoint_path: _Optional[str] = ..., resume_step: _Optional[int] = ...) -> None: ...
+    profiling: ProfilingLease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., renew_interval_s: _Optional[float] = ..., resume_checkpoint_path: _Optional[str] = ..., resume_step: _Optional[int] = ..., profiling: _Optional[_Union[ProfilingLease, _Mapping]] = ...) -> None: ...
 
 class ReportProfileRequest(_message.Message):
     __slots__ = ("job_id", "profile")
@@ -87,34 +115,42 @@ class ReportProfileResponse(_message.Message):
     def __init__(self, profile_source: _Optional[str] = ...) -> None: ...
 
 class RenewLeaseRequest(_message.Message):
-    __slots__ = ("job_id", "attempt", "rank", "step", "samples_per_s", "steps_per_s")
+    __slots__ = ("job_id", "attempt", "rank", "step", "samples_per_s", "steps_per_s", "profile_cpus", "cache")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_S_FIELD_NUMBER: _ClassVar[int]
     STEPS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_CPUS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     rank: int
     step: int
     samples_per_s: float
     steps_per_s: float
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ...) -> None: ...
+    profile_cpus: int
+    cache: _common_pb2.CacheStats
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ..., profile_cpus: _Optional[int] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ...) -> None: ...
 
 class RenewLeaseResponse(_message.Message):
-    __slots__ = ("action", "lease", "stop_at_step", "reason", "renew_interval_s")
+    __slots__ = ("action", "lease", "stop_at_step", "reason", "renew_interval_s", "in_force", "profiling")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     STOP_AT_STEP_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RENEW_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    IN_FORCE_FIELD_NUMBER: _ClassVar[int]
+    PROFILING_FIELD_NUMBER: _ClassVar[int]
     action: LeaseAction
     lease: Lease
     stop_at_step: int
     reason: str
     renew_interval_s: float
-    def __init__(self, action: _Optional[_Union[LeaseAction, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., stop_at_step: _Optional[int] = ..., reason: _Optional[str] = ..., renew_interval_s: _Optional[float] = ...) -> None: ...
+    in_force: Allocation
+    profiling: ProfilingLease
+    def __init__(self, action: _Optional[_Union[LeaseAction, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., stop_at_step: _Optional[int] = ..., reason: _Optional[str] = ..., renew_interval_s: _Optional[float] = ..., in_force: _Optional[_Union[Allocation, _Mapping]] = ..., profiling: _Optional[_Union[ProfilingLease, _Mapping]] = ...) -> None: ...
 
 class ReportCheckpointRequest(_message.Message):
     __slots__ = ("job_id", "attempt", "step", "path")

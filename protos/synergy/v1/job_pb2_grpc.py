@@ -74,6 +74,9 @@ class JobServiceServicer:
 
     def ReportProfile(self, request, context):
         """Reports a measured sensitivity profile; it overrides the zoo/spec profile from the next round on.
+        Sent under a profiling lease, it ends the profiling: the profile is stored with source
+        "profiled", the job is asked to stop through the ordinary lease path (STOP at an agreed
+        step, checkpoint, exit 75) and then queues with its best-case demand from that profile.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

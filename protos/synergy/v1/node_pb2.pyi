@@ -43,7 +43,7 @@ class TaskRef(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
-    __slots__ = ("ref", "state", "exit_code", "pid", "gpu_indices", "message", "placement", "usage", "oom_killed", "throttle")
+    __slots__ = ("ref", "state", "exit_code", "pid", "gpu_indices", "message", "placement", "usage", "oom_killed", "throttle", "cores")
     REF_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class TaskStatus(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     OOM_KILLED_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
     ref: TaskRef
     state: TaskState
     exit_code: int
@@ -64,7 +65,8 @@ class TaskStatus(_message.Message):
     usage: _common_pb2.ResourceUsage
     oom_killed: bool
     throttle: _common_pb2.TaskThrottle
-    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., exit_code: _Optional[int] = ..., pid: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., message: _Optional[str] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ..., oom_killed: _Optional[bool] = ..., throttle: _Optional[_Union[_common_pb2.TaskThrottle, _Mapping]] = ...) -> None: ...
+    cores: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., exit_code: _Optional[int] = ..., pid: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., message: _Optional[str] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ..., oom_killed: _Optional[bool] = ..., throttle: _Optional[_Union[_common_pb2.TaskThrottle, _Mapping]] = ..., cores: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LogRequest(_message.Message):
     __slots__ = ("ref", "offset", "max_bytes", "tail")

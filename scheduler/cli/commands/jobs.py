@@ -28,6 +28,7 @@ SPEC_FLAGS: dict[str, str] = {
     "name": "--name", "kind": "--kind", "gpus": "--gpus", "working_dir": "--working-dir", "cpus": "--cpus",
     "memory_gb": "--memory-gb", "model": "--model", "task": "--task", "profile": "--profile",
     "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
+    "profiler": "--profiler",
 }
 STATES = [enum_word(common_pb2.JobState.DESCRIPTOR, v.number)
           for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
@@ -63,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", help="task class when the model is not in the zoo: image, language or speech")
     p.add_argument("--profile", metavar="FILE",
                    help="profile file (synergy-profile/v1 JSON) measured beforehand; entry picked by --model")
+    p.add_argument("--profiler", metavar="HOW",
+                   help="how the job's profile is found: auto (default: profile live when no profile is "
+                        "known), synergy or coda (always profile live with that search), none (never)")
     p.add_argument("--iterations", type=int, help="total training steps (lets SRTF/FTF estimate remaining time)")
     p.add_argument("--checkpoint-dir", help="where the job writes checkpoints (relative: to the working dir)")
     p.add_argument("--priority", type=int, help="reserved: stored, ignored by the paper's policies (-1000..1000)")
@@ -281,6 +285,11 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
         ("progress", f"{job.steps_done} steps, {fmt_num(job.samples_per_s)} samples/s, "
                      f"{fmt_num(job.attained_gpu_s)} GPU-s"),
     ]
+    if job.HasField("cache"):
+        c = job.cache
+        reads = c.hits + c.misses
+        rows.append(("cache", f"{c.hits} hits, {c.misses} misses ({100 * c.hits / reads if reads else 0:.0f}% hit), "
+                              f"{c.items} items, {c.used_bytes / 1e6:.1f} of {c.capacity_bytes / 1e6:.1f} MB"))
     if job.last_checkpoint_path:
         rows.append(("checkpoint", f"{job.last_checkpoint_path} (step {job.last_checkpoint_step})"))
     if job.lease_expires_at_unix_s:

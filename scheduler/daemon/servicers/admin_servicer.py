@@ -22,7 +22,7 @@ from synergy.scheduler.daemon.servicers import convert
 from synergy.scheduler.daemon.servicers.base import Servicer, rpc, stream_rpc
 from synergy.scheduler.model import Cluster, Resources
 from synergy.scheduler.statedir import TEMP_PREFIX, StateDirError
-from synergy.v1 import admin_pb2, admin_pb2_grpc
+from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 
 VERSION = "0.1.0"
 #: `synergy logs` without --lines, and the most it may ask for.
@@ -67,6 +67,9 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         if history:  # DescribeJob: the current attempt's tasks with their latest usage
             tasks = sorted(self.ctx.live.tasks_of(job.id, job.attempt), key=lambda nt: nt[1].key.rank)
             info.tasks.extend(convert.task_to_info(node_id, t) for node_id, t in tasks)
+            cache = self.ctx.live.cache.get(job.id)
+            if cache is not None:
+                info.cache.CopyFrom(common_pb2.CacheStats(**cache))
         return info
 
     @rpc
@@ -119,7 +122,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
                 found = find_task(ctx.live.nodes, key)
                 log = ctx.task_logs.get(key)
                 job = ctx.store.job(job.id) or job
-                placed = job.state == JobState.RUNNING and request.rank < len(job.placements)
+                placed = job.placed and request.rank < len(job.placements)
                 if found is None and log is None and not placed:
                     raise FailedPrecondition(
                         f"rank: no node reports rank {request.rank} of job {job.id} attempt {job.attempt} "

@@ -100,7 +100,7 @@ def job_to_info(
         last_checkpoint_step=job.checkpoint_step,
         exit_code=job.exit_code,
         profile_source=job.profile_source,
-        lease_expires_at_unix_s=lease_expires_at if job.state == JobState.RUNNING else 0.0,
+        lease_expires_at_unix_s=lease_expires_at if job.placed else 0.0,
         stop_at_step=job.stop_at_step,
     )
     if history:
@@ -146,6 +146,7 @@ def task_from_msg(m: node_pb2.TaskStatus, node_id: str) -> ObservedTask | None:
         # A task runs on the node that reports it, whatever node id its placement names.
         placement=placement_from_msg(m.placement, node_id, force_node=True) if m.HasField("placement") else None,
         oom_killed=m.oom_killed,
+        cores=tuple(m.cores),
         usage=MessageToDict(m.usage, preserving_proto_field_name=True) if m.HasField("usage") else {},
         throttle=MessageToDict(m.throttle, preserving_proto_field_name=True) if m.HasField("throttle") else {},
     )

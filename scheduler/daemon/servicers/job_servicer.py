@@ -38,6 +38,19 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             round_index=job.round_index,
         )
 
+    def _profiling(self, job: JobRecord) -> job_pb2.ProfilingLease | None:
+        """The profiling lease's terms (None for an ordinary lease)."""
+        if not job.profiling_lease:
+            return None
+        p = job.placements[0]
+        return job_pb2.ProfilingLease(
+            search=job.spec.profile_search,
+            max_cpus=int(job.profile_max_cpus),
+            task=job.spec.task,
+            gpus=job.spec.gpus,
+            max_mem_gb=p.mem_gb,
+        )
+
     @rpc
     def RegisterJobProcess(
         self, request: job_pb2.RegisterJobProcessRequest, context: grpc.ServicerContext
@@ -52,6 +65,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             renew_interval_s=self.ctx.config.renew_interval_s,
             resume_checkpoint_path=job.checkpoint_path,
             resume_step=job.checkpoint_step,
+            profiling=self._profiling(job),
         )
 
     @rpc
@@ -79,14 +93,23 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             validation.counter(request.step, "step"),
             request.samples_per_s,
             request.steps_per_s,
+            request.profile_cpus,
+            validation.cache_stats(request.cache, "cache") if request.HasField("cache") else None,
         )
-        return job_pb2.RenewLeaseResponse(
+        reply = job_pb2.RenewLeaseResponse(
             action=_ACTIONS[r.action],
             lease=self._lease(r.job, r.expires_at),
             stop_at_step=r.stop_at_step,
             reason=r.reason,
             renew_interval_s=self.ctx.config.renew_interval_s,
+            profiling=self._profiling(r.job),
         )
+        t = r.in_force
+        if t is not None and t.placement is not None:
+            reply.in_force.CopyFrom(
+                job_pb2.Allocation(cpus=t.placement.cpus, cores=list(t.cores), mem_gb=t.placement.mem_gb, known=True)
+            )
+        return reply
 
     @rpc
     def ReportCheckpoint(

@@ -27,7 +27,7 @@ class StateStore(Protocol):
     def job(self, job_id: int) -> JobRecord | None: ...
 
     def running_on(self, node_id: str) -> list[JobRecord]:
-        """RUNNING jobs with a share on `node_id`, ordered by id (indexed: heartbeats ask often)."""
+        """Placed jobs (RUNNING, or PROFILING under a profiling lease) with a share on `node_id`, ordered by id (indexed: heartbeats ask often)."""
         ...
 
     def jobs_named(self, name: str) -> list[JobRecord]:

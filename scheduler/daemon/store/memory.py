@@ -90,7 +90,7 @@ class MemoryStore:
                 self._active.pop(j.id, None)
             else:
                 self._active[j.id] = j
-            if j.state == JobState.RUNNING:
+            if j.placed:
                 for p in j.placements:
                     self._on_node.setdefault(p.server_id, {})[j.id] = j
         self._active_sorted = None

@@ -1,0 +1,190 @@
+"""The in-job driver of a profiling lease: one search, one window per point, one profile.
+
+`SynergyIterator` builds a `LiveProfiler` when its lease reply carries a `ProfilingLease`
+(docs/daemon.md "Profiling lease") and calls `on_batch` once per training iteration. The
+driver walks through the points the search chooses (`OptimisticSearch`, or `CodaSearch` for
+`profiler: coda`):
+
+1. **ask**: `want` is the CPU count of the next point; the iterator's lease thread sends it
+   as `RenewLeaseRequest.profile_cpus`, the daemon changes the placement and the agent
+   RESIZEs the task's cpuset;
+2. **wait** until the reply's `in_force` allocation shows that many CPUs (and cores), then
+   tell the iterator to switch the DataLoader to `workers_for(cpus)` workers (a new loader
+   iterator at the current position);
+3. **measure** a `ThroughputWindow` of real iterations (warm-up excluded: new workers start
+   and fill their queues), record the point, and go back to 1 until the search is done.
+
+Then `result()` is ready: the measured points, which the caller completes into a profile
+(`build_profile`: the storage bandwidth of a `CachedFileDataset`'s files, or memory treated as
+insensitive, and `complete_profile`'s MinIO fill) and reports.
+
+Pure apart from `build_profile` and `process_rss_gb` (which read files): the clock is passed
+to `on_batch`, so tests drive it without time.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from synergy.profiler.fill import complete_profile
+from synergy.profiler.search import OptimisticSearch
+from synergy.profiler.window import ThroughputWindow
+
+#: Iterations per window: skipped after a switch, then timed. Small: every point is real
+#: training, and a profile should take well under a minute (issue 8's target).
+WARMUP_ITERATIONS = 3
+MEASURE_ITERATIONS = 8
+#: Storage read budget of the bandwidth measurement, seconds.
+STORAGE_BUDGET_S = 2.0
+#: The process memory the profile reserves, over the RSS measured once: peaks (a new
+#: epoch's workers, checkpoint buffers) and allocator slack come on top of a snapshot.
+PROCESS_HEADROOM = 1.5
+#: "Infinite" storage bandwidth (bytes/s) for a job whose reads do not go through a cache:
+#: the MinIO fill then makes every memory size as fast as full memory (insensitive).
+INSENSITIVE_STORAGE_BYTES_PER_S = 1e15
+
+
+def workers_for(cpus: int) -> int:
+    """DataLoader workers at `cpus` CPUs: one core for the training process, the rest decode
+    (0 workers at 1 CPU: the training process loads its own batches)."""
+    return max(0, int(cpus) - 1)
+
+
+@dataclass(frozen=True)
+class ProfilingTerms:
+    """A profiling lease's terms (`ProfilingLease` in job.proto)."""
+
+    search: str
+    max_cpus: int
+    task: str
+    gpus: int
+    max_mem_gb: float
+
+
+class Phase(str, enum.Enum):
+    WAIT = "wait"          # asked for `want` CPUs; waiting for the agent to apply them
+    MEASURE = "measure"    # the loader runs at `want` CPUs; the window is filling
+    DONE = "done"          # the search ended: `result()` holds the points
+
+
+def make_search(terms: ProfilingTerms) -> Any:
+    """The search a lease asks for: `CodaSearch` for "coda", else Synergy's optimistic one."""
+    if terms.search == "coda":
+        from synergy.profiler.coda import CodaSearch  # built on the prof-algo branch
+
+        return CodaSearch(terms.max_cpus, terms.task or "image")
+    return OptimisticSearch(terms.max_cpus)
+
+
+class LiveProfiler:
+    """One profiling lease's state machine; see the module docstring."""
+
+    def __init__(self, terms: ProfilingTerms, samples_per_batch: int, search: Any = None,
+                 warmup: int = WARMUP_ITERATIONS, measure: int = MEASURE_ITERATIONS) -> None:
+        self.terms = terms
+        self.samples_per_batch = samples_per_batch
+        self.search = search if search is not None else make_search(terms)
+        self.warmup, self.measure = warmup, measure
+        self.want: int = 0
+        self.window: ThroughputWindow | None = None
+        self.phase = Phase.WAIT
+        self._next()
+
+    def _next(self) -> None:
+        nxt = self.search.next_cpus()
+        if nxt is None:
+            self.phase, self.want, self.window = Phase.DONE, 0, None
+        else:
+            self.phase, self.want, self.window = Phase.WAIT, int(nxt), None
+
+    @property
+    def done(self) -> bool:
+        return self.phase == Phase.DONE
+
+    def on_batch(self, now_s: float, in_force_cpus: float, in_force_cores: int) -> int | None:
+        """An iteration ended at `now_s`; the allocation in force is as given (0 = unknown).
+
+        Returns the worker count to switch the loader to now, or None to keep it.
+        """
+        if self.phase == Phase.WAIT:
+            if abs(in_force_cpus - self.want) < 1e-9 and in_force_cores >= self.want:
+                self.phase = Phase.MEASURE
+                self.window = ThroughputWindow(self.warmup, self.measure)
+                return workers_for(self.want)
+            return None
+        if self.phase == Phase.MEASURE:
+            assert self.window is not None
+            self.window.tick(now_s, self.samples_per_batch)
+            if self.window.done:
+                self.search.record(self.want, self.window.samples_per_s)
+                self._next()
+        return None
+
+    def result(self) -> list[tuple[int, float]]:
+        """The measured (CPUs, samples/s) points."""
+        return list(self.search.points)
+
+
+def dataset_files(dataset: Any) -> list[Path] | None:
+    """The files of a `CachedFileDataset` (None: the dataset does not read through a cache)."""
+    from synergy.cache import CachedFileDataset
+
+    return [Path(p) for p in dataset.paths] if isinstance(dataset, CachedFileDataset) else None
+
+
+def process_rss_gb(pid: int | None = None) -> float:
+    """Resident memory of a process and its direct children (DataLoader workers), GB."""
+    pid = os.getpid() if pid is None else pid
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if int(entry.name) == pid or ppid == pid:
+                total += int((entry / "statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue  # the process went away meanwhile
+    return total / 1e9
+
+
+def build_profile(points: Sequence[tuple[int, float]], terms: ProfilingTerms, *, model: str,
+                  files: Sequence[Path] | None, batch_size: int, process_mem_gb: float) -> dict[str, Any]:
+    """The whole profile (docs/profiles.md, one model entry) from the measured points.
+
+    With `files` (the dataset's, read through a MinIO cache) the storage bandwidth is measured
+    on them and the memory axis follows the MinIO model; without, memory is insensitive.
+    """
+    if files:  # memory-sensitive: the MinIO model over the measured storage bandwidth
+        from synergy.profiler.storage import measure_read_bandwidth  # built on the prof-algo branch
+
+        sizes = [f.stat().st_size for f in files]
+        dataset_bytes = max(1, sum(sizes))
+        sample_bytes = max(1.0, dataset_bytes / len(sizes))
+        storage = measure_read_bandwidth(files, STORAGE_BUDGET_S)
+    # The fill needs some memory that is not cache; a process above its allocation (memory
+    # not enforced) is capped so the model still has a cache axis to describe.
+    process = min(max(process_mem_gb * PROCESS_HEADROOM, 1e-3), terms.max_mem_gb * 0.9)
+    if not files:
+        # No cache: a nominal dataset filling half the cache room, read at "infinite" speed,
+        # makes every memory column as fast as full memory (the grid needs distinct columns).
+        dataset_bytes = max(1000, int((terms.max_mem_gb - process) * 0.5 * 1e9))
+        sample_bytes, storage = dataset_bytes / 1000, INSENSITIVE_STORAGE_BYTES_PER_S
+    return complete_profile(
+        points,
+        gpus=max(1, terms.gpus),
+        dataset_bytes=dataset_bytes,
+        sample_bytes=sample_bytes,
+        storage_bytes_per_s=storage,
+        process_mem_gb=process,
+        max_mem_gb=terms.max_mem_gb,
+        model=model,
+        task=terms.task or "image",
+        batch_size=max(1, batch_size // max(1, terms.gpus)),
+    )

@@ -1,0 +1,121 @@
+"""Live profiling end to end: a real synergyd, a real synergy-agent (cgroup cpusets), a real
+PyTorch job. A job with no known profile gets a profiling lease, measures its points at CPU
+counts the agent realises by RESIZE, reports the profile ("profiled"), stops through the lease
+path (exit 75) and is then scheduled with that profile, resuming where profiling left off.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import pytest
+
+from agent_harness import AgentProcess, is_root_with_v1
+from synergyd_harness import DaemonProcess, history, wait_for
+
+pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cgroup v1 (CI runs as root)")
+
+SCRIPT = str(Path(__file__).parent / "train_script.py")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "120").start()
+    agent = AgentProcess(d, tmp_path / "work-n1", "n1", "--cpus", "0-1", "--memory", "2G").start()
+    yield d
+    agent.stop()
+    d.kill()
+
+
+def _submit(d: DaemonProcess, tmp_path: Path, name: str, **kw) -> int:
+    admin = d.admin()
+    try:
+        return admin.submit(name, gpus=1, command=(
+            sys.executable, "-u", SCRIPT, "--record", str(tmp_path / "batches.txt"), "--affinity",
+            str(tmp_path / "affinity.txt"), "--samples", "1200", "--epochs", "1", "--step-s", "0.02"),
+            working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"), **kw).id
+    finally:
+        admin.close()
+
+
+def test_a_job_with_no_profile_is_profiled_live_and_then_scheduled_with_it(cluster, tmp_path: Path) -> None:
+    d = cluster
+    admin = d.admin()
+    job = _submit(d, tmp_path, "prof", profiler="auto")
+    assert admin.state(job) == "profiling"
+    wait_for(lambda: admin.describe(job).profile_source == "profiled", timeout=120,
+             what=f"the profile to be reported (job is {admin.state(job)}: {admin.describe(job).state_reason})")
+    wait_for(lambda: admin.state(job) == "succeeded", timeout=120,
+             what=f"the job to finish (is {admin.state(job)}: {admin.describe(job).state_reason})")
+    info = admin.describe(job)
+    admin.close()
+    states = history(info)
+    # profiling (waiting) -> profiling (placed under the lease) -> queued (profiled) -> running
+    assert states[:4] == ["submitted", "profiling", "profiling", "queued"], states
+    assert "running" in states and info.profile_source == "profiled" and info.attempt >= 2
+    assert any("profile: profiled" in t.reason for t in info.history)
+    # The points were realised by RESIZEs: the job saw its cpuset change (2 cores -> 1) and
+    # its loader's worker count follow it.
+    seen = {tuple(map(int, line.split()[1:])) for line in (tmp_path / "affinity.txt").read_text().splitlines()}
+    assert (2, 1) in seen and (1, 0) in seen, seen
+    # Profiling was real training: resume continued after it, every sample once.
+    ids = sorted(int(i) for line in (tmp_path / "batches.txt").read_text().splitlines()
+                 for i in line.split()[4].split(","))
+    assert ids == list(range(1200))
+    # ... and it was then scheduled with the profile's best-case demand: the fewest measured
+    # CPUs within 1% of the best throughput (the job's log line lists the measured points).
+    done = next(line for f in (tmp_path / "work-n1").rglob("*.log") for line in f.read_text().splitlines()
+                if "profiling done:" in line)
+    points = [(int(p.split()[0]), float(p.split()[2])) for p in done.split("profiling done: ")[1].split(", ")]
+    best = max(s for _, s in points)
+    knee = min(c for c, s in points if s >= 0.99 * best)
+    placed = [t.reason for t in info.history if t.to_state == info.history[-1].to_state or "placed on" in t.reason]
+    assert any(f"placed on n1: 1 GPU, {knee} CPU" in r for r in placed), (points, placed)
+
+
+def test_profiler_none_keeps_the_stand_in(cluster, tmp_path: Path) -> None:
+    admin = cluster.admin()
+    job = _submit(cluster, tmp_path, "noprof", profiler="none", task="image")
+    info = admin.describe(job)
+    assert info.profile_source.startswith("zoo:resnet18") and history(info)[:3] == ["submitted", "profiling", "queued"]
+    wait_for(lambda: admin.state(job) == "running", timeout=60, what="the job to run")
+    assert admin.describe(job).attempt == 1
+    admin.close()
+
+
+def test_a_bad_profiler_value_is_invalid_argument_naming_the_field(cluster, tmp_path: Path) -> None:
+    admin = cluster.admin()
+    with pytest.raises(grpc.RpcError) as err:
+        _submit(cluster, tmp_path, "bad", profiler="fast")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith("spec.profiler: must be one of auto, synergy, coda, none")
+    assert not admin.jobs()
+    admin.close()
+
+
+def test_a_coda_job_uses_at_most_four_probes(cluster, tmp_path: Path) -> None:
+    pytest.importorskip("synergy.profiler.coda")  # CodaSearch comes from the prof-algo branch
+    admin = cluster.admin()
+    job = _submit(cluster, tmp_path, "coda", profiler="coda", task="image")
+    wait_for(lambda: admin.describe(job).profile_source == "profiled", timeout=120, what="the coda profile")
+    admin.close()
+    done = next(line for f in (tmp_path / "work-n1").rglob("*.log") for line in f.read_text().splitlines()
+                if "profiling done:" in line)
+    assert 1 <= len(done.split("profiling done: ")[1].split(", ")) <= 4
+
+
+def test_cache_stats_reach_describe(cluster, tmp_path: Path) -> None:
+    admin = cluster.admin()
+    # the test job reading its samples from files through the job's MinIO cache
+    job = admin.submit("cached2", gpus=1, command=(
+        sys.executable, "-u", SCRIPT, "--record", str(tmp_path / "c.txt"), "--samples", "600", "--epochs", "2",
+        "--step-s", "0.02", "--cache-dir", str(tmp_path / "files")), profiler="none", task="image",
+        working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt2")).id
+    wait_for(lambda: admin.describe(job).cache.misses > 0, timeout=90, what="cache stats in describe")
+    wait_for(lambda: admin.describe(job).cache.hits > 0, timeout=90, what="cache hits in the second epoch")
+    c = admin.describe(job).cache
+    assert c.capacity_bytes > 0 and c.used_bytes <= c.capacity_bytes and c.items > 0
+    admin.close()
