@@ -65,7 +65,7 @@ class OptimisticSearch:
 
     def record(self, cpus: int, samples_per_s: float) -> None:
         """Record the throughput measured at `cpus` (any count in 1..max_cpus, once each)."""
-        _check_point(cpus, samples_per_s, self.max_cpus)
+        check_point(cpus, samples_per_s, self.max_cpus)
         if cpus in self._measured:
             raise ValueError(f"cpus {cpus} is already measured")
         self._measured[cpus] = float(samples_per_s)
@@ -157,7 +157,7 @@ def _knee_unsettled(pts: list[tuple[int, float]], i: int) -> bool:
     return any(upper(x) >= level for x in range(a + 1, b - 1))
 
 
-def _check_point(cpus: int, samples_per_s: float, max_cpus: int) -> None:
+def check_point(cpus: int, samples_per_s: float, max_cpus: int) -> None:
     if isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= max_cpus:
         raise ValueError(f"cpus must be an integer in 1..{max_cpus}, got {cpus!r}")
     if not (isinstance(samples_per_s, (int, float)) and math.isfinite(samples_per_s) and samples_per_s >= 0):
