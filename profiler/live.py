@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from synergy.profiler.coda import CodaSearch
 from synergy.profiler.fill import complete_profile
 from synergy.profiler.search import OptimisticSearch
+from synergy.profiler.storage import measure_read_bandwidth
 from synergy.profiler.window import ThroughputWindow
 
 #: Iterations per window: skipped after a switch, then timed. Small: every point is real
@@ -74,8 +76,6 @@ class Phase(str, enum.Enum):
 def make_search(terms: ProfilingTerms) -> Any:
     """The search a lease asks for: `CodaSearch` for "coda", else Synergy's optimistic one."""
     if terms.search == "coda":
-        from synergy.profiler.coda import CodaSearch  # built on the prof-algo branch
-
         return CodaSearch(terms.max_cpus, terms.task or "image")
     return OptimisticSearch(terms.max_cpus)
 
@@ -162,8 +162,6 @@ def build_profile(points: Sequence[tuple[int, float]], terms: ProfilingTerms, *,
     on them and the memory axis follows the MinIO model; without, memory is insensitive.
     """
     if files:  # memory-sensitive: the MinIO model over the measured storage bandwidth
-        from synergy.profiler.storage import measure_read_bandwidth  # built on the prof-algo branch
-
         sizes = [f.stat().st_size for f in files]
         dataset_bytes = max(1, sum(sizes))
         sample_bytes = max(1.0, dataset_bytes / len(sizes))

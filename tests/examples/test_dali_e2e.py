@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from agent_harness import AgentProcess, is_root_with_v1
-from conftest import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 from synergyd_harness import DaemonProcess, wait_for
 from synergy.v1 import admin_pb2
 

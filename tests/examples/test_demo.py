@@ -28,7 +28,8 @@ pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the de
 QUICK = """
 jobs:
   - name: tiny-train
-    command: [python, examples/cpu_stress/train_reporter.py, --steps, "150", --mb, "4"]
+    # ~4 s on an idle core: long enough for the demo's 1 s polls to see its allocation
+    command: [python, examples/cpu_stress/train_reporter.py, --steps, "4000", --mb, "4"]
     gpus: 1
     model: lstm
   - name: tiny-cpu

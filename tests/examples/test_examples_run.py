@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 LINE = re.compile(r"^epoch (\d+) step (\d+) loss (\d+\.\d+) samples/s (\d+\.\d+)$", re.M)
 SMALL_IMAGES = ["--images", "16", "--image-size", "32"]

@@ -97,7 +97,6 @@ def test_a_bad_profiler_value_is_invalid_argument_naming_the_field(cluster, tmp_
 
 
 def test_a_coda_job_uses_at_most_four_probes(cluster, tmp_path: Path) -> None:
-    pytest.importorskip("synergy.profiler.coda")  # CodaSearch comes from the prof-algo branch
     admin = cluster.admin()
     job = _submit(cluster, tmp_path, "coda", profiler="coda", task="image")
     wait_for(lambda: admin.describe(job).profile_source == "profiled", timeout=120, what="the coda profile")
