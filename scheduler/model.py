@@ -87,6 +87,10 @@ class Server:
 @dataclass(frozen=True)
 class Cluster:
     servers: tuple[Server, ...]
+    #: The servers whose shape defines the GPU-proportional share, when `servers` are not
+    #: it: the daemon takes what profiling leases hold out of `servers`' capacities, and a
+    #: node whose CPUs a profile holds must not make every job's share zero. None = `servers`.
+    share_basis: tuple[Server, ...] | None = None
 
     @classmethod
     def homogeneous(cls, n: int, gpus: int = 8, cpus: float = 24, mem_gb: float = 500) -> Cluster:
@@ -114,7 +118,8 @@ class Cluster:
 
     @cached_property
     def _per_gpu(self) -> tuple[float, float]:
-        gpu_servers = [s.capacity for s in self.servers if s.capacity.gpus > 0]
+        basis = self.servers if self.share_basis is None else self.share_basis
+        gpu_servers = [s.capacity for s in basis if s.capacity.gpus > 0]
         if not gpu_servers:
             return (0.0, 0.0)
         return (

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -37,7 +38,7 @@ from workload import Entry, load_workload  # noqa: E402
 
 from synergy.scheduler.cli.connection import Client, resolve_target  # noqa: E402
 from synergy.scheduler.cli.errors import CliError  # noqa: E402
-from synergy.scheduler.cli.spec import SpecError, wire_spec  # noqa: E402
+from synergy.scheduler.cli.spec import JobSpec, SpecError, wire_spec  # noqa: E402
 from synergy.scheduler.jobspec.proto import spec_to_msg  # noqa: E402
 from synergy.v1 import admin_pb2  # noqa: E402
 
@@ -118,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def with_checkpoint_dir(spec: JobSpec, root: Path) -> JobSpec:
+    """A training job without a checkpoint dir gets one under the demo's temporary dir: it lets
+    the daemon profile it live and preempt it (both stop it at a checkpoint and resume it)."""
+    if spec.cpu_only or spec.checkpoint_dir:
+        return spec
+    return replace(spec, checkpoint_dir=str(root / spec.name))
+
+
 def run(cluster: LocalCluster, workload: list[Entry], args: argparse.Namespace, console: Console,
         started: float) -> int:
     daemon = cluster.start_daemon()
@@ -140,8 +149,8 @@ def run(cluster: LocalCluster, workload: list[Entry], args: argparse.Namespace, 
                 else _NoLive() as live:
             while pending or not watch.all_done():
                 while pending and time.monotonic() - up_at >= pending[0].submit_at_s:
-                    entry = pending.pop(0)
-                    client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(wire_spec(entry.spec))))
+                    spec = with_checkpoint_dir(pending.pop(0).spec, cluster.root / "checkpoints")
+                    client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(wire_spec(spec))))
                 for line in watch.poll():
                     console.print(line, markup=False)
                 live.update(watch.table(title()), refresh=True)

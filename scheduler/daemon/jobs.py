@@ -119,8 +119,10 @@ class JobBook:
                 )
             else:
                 job = job.to(JobState.PROFILING, "resolving the sensitivity profile", now)
+                why = ctx.profiles.why_not_profiled(job)
                 job = job.to(
-                    JobState.QUEUED, f"profile: {source}; waiting for the next round", now, profile_source=source
+                    JobState.QUEUED, f"profile: {source}{f' ({why})' if why else ''}; waiting for the next round", now,
+                    profile_source=source,
                 )
             ctx.save_jobs([(None, job)])
             event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source)

@@ -9,7 +9,7 @@ without sensitivity information would give.
 
 Which jobs are profiled live (`needs_profiling`): a training job whose spec says
 `profiler: synergy|coda`, or `auto` (the default) with no known profile (no spec profile, its
-model not in the zoo / --profiles); never `profiler: none`, CPU-only jobs, or a job whose
+model not in the zoo / --profiles) and a checkpoint dir to resume from after; never `profiler: none`, CPU-only jobs, or a job whose
 profile was already reported.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from synergy.scheduler.daemon.records import JobRecord
-from synergy.scheduler.jobspec.spec import PROFILER_CODA, PROFILER_NONE, PROFILER_SYNERGY
+from synergy.scheduler.jobspec.spec import PROFILER_AUTO, PROFILER_CODA, PROFILER_NONE, PROFILER_SYNERGY
 from synergy.scheduler.model import Cluster
 from synergy.scheduler.profiles.format import SensitivityProfile
 from synergy.scheduler.profiles.zoo import get_profiles
@@ -62,7 +62,17 @@ class ProfileBook:
             return False
         if spec.profiler in (PROFILER_SYNERGY, PROFILER_CODA):
             return True
-        return spec.profile is None and spec.model not in self.zoo
+        # `auto` profiles only a job that can stop and resume afterwards (a checkpoint dir);
+        # without one it keeps the stand-in, as describe says (`why_not_profiled`).
+        return spec.profile is None and spec.model not in self.zoo and bool(spec.checkpoint_dir)
+
+    def why_not_profiled(self, job: JobRecord) -> str:
+        """For describe: why an `auto` job with no known profile was not profiled live ('' if n/a)."""
+        spec = job.spec
+        if (spec.cpu_only or spec.profiler not in ("", PROFILER_AUTO) or spec.profile is not None
+                or spec.model in self.zoo or spec.checkpoint_dir or job.reported_profile is not None):
+            return ""
+        return "not profiled live: no checkpoint_dir to stop and resume from after profiling"
 
     def profile(self, job: JobRecord, cluster: Cluster) -> SensitivityProfile:
         src = self.source(job)

@@ -110,12 +110,14 @@ class RoundLoop:
         """Every registered node as the core sees it (caller holds the lock), less the shares
         in `held` (node id -> what profiling leases hold there): the rounds' input, and, with
         nothing held, what DescribeJob / ListJobs compute a job's proportional share on."""
-        held = held or {}
-        return Cluster(tuple(
-            Server(node.id, node.allocatable - held.get(node.id, Resources()), admin=node.admin_state,
-                   last_heartbeat_s=self.nodes.last_heard(node.id))
+        whole = tuple(
+            Server(node.id, node.allocatable, admin=node.admin_state, last_heartbeat_s=self.nodes.last_heard(node.id))
             for node in self.ctx.store.nodes()
-        ))
+        )
+        if not held:
+            return Cluster(whole)
+        left = tuple(replace(s, capacity=s.capacity - held.get(s.id, Resources())) for s in whole)
+        return Cluster(left, share_basis=whole)  # the share stays the cluster's, not what is left
 
     def plan(self) -> Plan:
         ctx = self.ctx

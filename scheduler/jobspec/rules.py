@@ -12,7 +12,16 @@ import math
 import re
 from typing import Iterable
 
-from synergy.scheduler.jobspec.spec import KIND_CPU, KIND_TRAINING, KINDS, PROFILERS, JobSpec, SpecError
+from synergy.scheduler.jobspec.spec import (
+    KIND_CPU,
+    KIND_TRAINING,
+    KINDS,
+    PROFILER_CODA,
+    PROFILER_SYNERGY,
+    PROFILERS,
+    JobSpec,
+    SpecError,
+)
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
 
 #: Names appear in tables, logs and metric labels: short and shell-safe. They start with a
@@ -63,6 +72,11 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
     if spec.profiler not in PROFILERS:
         names = ", ".join(x for x in PROFILERS if x)
         raise SpecError(p + "profiler", f"must be one of {names}, got {_show(spec.profiler)}")
+    if spec.profiler in (PROFILER_SYNERGY, PROFILER_CODA) and not spec.checkpoint_dir:
+        # Profiling ends with a stop (checkpoint, exit 75) so that the job queues with its
+        # best-case demand: a job that cannot checkpoint would only fail there.
+        raise SpecError(p + "checkpoint_dir", f"required with profiler {spec.profiler!r}: a profiled job stops "
+                        "after profiling and resumes from its checkpoint")
     if spec.cpu_only:
         _cpu_request(spec, p)
     elif spec.gpus < 1:

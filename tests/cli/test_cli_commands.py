@@ -234,6 +234,22 @@ def test_a_bad_profiler_flag_is_one_line_naming_the_field(cli) -> None:
 
 
 def test_profiler_flag_reaches_the_spec(cli) -> None:
-    job = as_json(cli("submit", "--name", "coda-job", "--gpus", "1", "--profiler", "coda", "--json",
-                      "--", "python", "t.py"))
+    job = as_json(cli("submit", "--name", "coda-job", "--gpus", "1", "--profiler", "coda", "--checkpoint-dir",
+                      "/tmp/ckpt", "--json", "--", "python", "t.py"))
     assert job["spec"]["profiler"] == "coda" and job["state"] == "profiling"
+
+
+def test_an_explicit_profiler_needs_a_checkpoint_dir(cli) -> None:
+    run = cli("submit", "--name", "nockpt", "--gpus", "1", "--profiler", "synergy", "--", "python", "t.py")
+    assert run.code != 0 and "Traceback" not in run.err
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1 and "spec.checkpoint_dir" in lines[0], run.err
+    names = [j["name"] for j in as_json(cli("jobs", "--json"))["jobs"]]
+    assert "nockpt" not in names, "a refused job must not exist"
+
+
+def test_auto_without_a_checkpoint_dir_keeps_the_stand_in_and_says_why(cli) -> None:
+    job = as_json(cli("submit", "--name", "auto-nockpt", "--gpus", "1", "--task", "image", "--json",
+                      "--", "python", "t.py"))
+    assert job["state"] == "queued" and job["profile_source"].startswith("zoo:resnet18"), job
+    assert "no checkpoint_dir" in job["state_reason"], job["state_reason"]

@@ -302,3 +302,27 @@ def test_migrations_are_counted_per_round_and_per_job() -> None:
     assert state(logic, y) == JobState.CANCELLED
     assert _metric(logic, "synergyd_job_migrations_count") == 2  # x (0) and y (1)
     assert _metric(logic, "synergyd_job_migrations_sum") == 1
+
+
+def test_a_profiling_hold_leaves_the_proportional_share_and_places_nothing_without_cpus(logic: Logic) -> None:
+    # Regression (make demo): a profile took a node's only core and all its memory; the next
+    # round saw that node with 0 CPUs, took the cluster's proportional share as 0 per GPU, and
+    # placed a queued job there with "1 GPU, 0 CPU, 0 GB", which its agent could not launch.
+    a, b = SimNode(logic, "a", gpus=2, cpus=1, mem_gb=3), SimNode(logic, "b", gpus=2, cpus=1, mem_gb=3)
+    first = submit(logic, "first", model="resnet18")
+    round_(logic)
+    assert state(logic, first) == JobState.RUNNING
+    used = logic.jobs.get(first).placements[0].server_id
+    profiled = logic.jobs.submit(JobSpec(name="prof", command=("train",), gpus=1, profiler="synergy",
+                                         checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 1
+    held = logic.jobs.get(profiled).placements[0]
+    assert held.server_id != used and held.cpus == 1
+    queued = submit(logic, "queued", model="resnet18")
+    cluster, _ = logic.rounds.snapshot()
+    assert cluster.proportional_share(1) == Resources(1, 0.5, 1.5)
+    round_(logic)
+    for p in logic.jobs.get(queued).placements:
+        assert p.cpus > 0 and p.mem_gb > 0, p
+    assert held.server_id not in {p.server_id for p in logic.jobs.get(queued).placements}
+    a.heartbeat(), b.heartbeat()
