@@ -20,6 +20,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 
 import grpc
@@ -71,6 +72,15 @@ class LeaseKeeper:
         self.cache: Any = None
         self._cache_mem_gb = float(env.alloc_mem_gb or 0.0)
         self._closed = threading.Event()
+        #: No RPC is in flight across a fork (DataLoader workers start at every epoch and at
+        #: every profiling point): a child forked while one was hangs for good in gRPC's fork
+        #: handler (`Channel._close_on_fork`). A fork waits for the call in flight and holds
+        #: new ones back until it is done (a plain lock would starve it: this thread takes
+        #: it again at once).
+        self._rpc = threading.Condition()
+        self._in_rpc = False
+        self._forking = False
+        _pause_rpcs_across_forks(self)
         self._thread = threading.Thread(target=self._run, daemon=True, name="synergy-lease")
 
     def start(self) -> None:
@@ -82,6 +92,18 @@ class LeaseKeeper:
             self._thread.join(timeout=RPC_TIMEOUT_S + 1)
         self.channel.close()
 
+    def before_fork(self) -> None:
+        """Wait for an RPC in flight (bounded by its deadline) and start no new one until the
+        fork is done: gRPC's fork support cannot close a channel with a call in flight."""
+        with self._rpc:
+            self._forking = True
+            self._rpc.wait_for(lambda: not self._in_rpc, timeout=RPC_TIMEOUT_S + 1)
+
+    def after_fork_in_parent(self) -> None:
+        with self._rpc:
+            self._forking = False
+            self._rpc.notify_all()
+
     # -- calls -------------------------------------------------------------------------------------
     def call(self, name: str, request: Any, give_up_after_s: float = float("inf")) -> Any:
         """One RPC, retried with back-off while the daemon is down; None when closed or gave up."""
@@ -89,7 +111,7 @@ class LeaseKeeper:
         deadline = time.monotonic() + give_up_after_s
         while not self._closed.is_set():
             try:
-                return getattr(self.stub, name)(request, metadata=self.md, timeout=RPC_TIMEOUT_S)
+                return self._unary(name, request)
             except grpc.RpcError as exc:
                 if exc.code() not in _RETRY:
                     log.warning("%s refused: %s %s", name, exc.code().name, exc.details())
@@ -98,6 +120,18 @@ class LeaseKeeper:
                     return None
                 self._closed.wait(backoff.next())
         return None
+
+    def _unary(self, name: str, request: Any) -> Any:
+        """The call itself, never in flight across a fork (`before_fork`)."""
+        with self._rpc:
+            self._rpc.wait_for(lambda: not self._forking)
+            self._in_rpc = True
+        try:
+            return getattr(self.stub, name)(request, metadata=self.md, timeout=RPC_TIMEOUT_S)
+        finally:
+            with self._rpc:
+                self._in_rpc = False
+                self._rpc.notify_all()
 
     def _run(self) -> None:
         e = self.env
@@ -207,3 +241,20 @@ class LeaseKeeper:
             give_up_after_s=self.report_patience_s if patience_s is None else patience_s)
 
 
+def _pause_rpcs_across_forks(keeper: LeaseKeeper) -> None:
+    """Fork hooks for `keeper`, through a weak reference: a process that makes many keepers
+    (tests, benchmarks) registers many hooks, and those of keepers gone do nothing. The child
+    stays `_forking`: it never uses its parent's lease."""
+    ref = weakref.ref(keeper)
+
+    def before() -> None:
+        k = ref()
+        if k is not None and not k._closed.is_set():
+            k.before_fork()
+
+    def after_in_parent() -> None:
+        k = ref()
+        if k is not None:
+            k.after_fork_in_parent()
+
+    os.register_at_fork(before=before, after_in_parent=after_in_parent)
