@@ -1,0 +1,53 @@
+"""Lyra's two-phase allocation (§5.2) in front of any Synergy mechanism.
+
+Phase one: in the policy's order, every job whose base demand (an elastic job's minimum,
+any other job's size) still fits the free GPUs becomes runnable, as `runnable_by_gpu`
+decides for fixed jobs. Phase two: the GPUs left go to the runnable elastic jobs' flexible
+demand by the multiple-choice knapsack, running jobs included (the shell hands them in as
+active jobs like any other). The mechanism then places every runnable job at its decided
+size: TUNE packs largest first on the best-fit server, consolidated where possible (Lyra's
+best-fit decreasing), and sizes every worker's CPU and memory as it does for fixed jobs.
+
+If the grown sizes leave a job unplaced that fitted at its base (fragmentation: GPUs were
+counted, not placed), the round falls back to the base sizes, so elasticity never costs a
+job its turn.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from synergy.scheduler.elastic import mckp
+from synergy.scheduler.elastic.scaling import base_gpus, flexible_items, is_elastic
+from synergy.scheduler.mechanisms.base import Mechanism, runnable_by_gpu
+from synergy.scheduler.model import Cluster, Job, RoundInput, RoundOutput
+
+
+def decide_sizes(ordered: Sequence[Job], cluster: Cluster, free_gpus: float) -> dict[int, int]:
+    """GPUs per runnable job after both phases (jobs absent from it wait)."""
+    base = [replace(j, gpus=base_gpus(j)) if is_elastic(j) else j for j in ordered]
+    runnable, _ = runnable_by_gpu(base, free_gpus)
+    sizes = {j.id: j.gpus for j in runnable}
+    left = int(free_gpus + 1e-9) - sum(sizes.values())
+    flexible = [j for j in ordered if j.id in sizes and is_elastic(j)]
+    groups = [flexible_items(j, cluster) for j in flexible]
+    for job, items, pick in zip(flexible, groups, mckp.solve(groups, left)):
+        if pick >= 0:
+            sizes[job.id] += items[pick].weight
+    return sizes
+
+
+def allocate(mechanism: Mechanism, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
+    """The mechanism's round with elastic jobs sized by the two phases.
+
+    Without elastic jobs this is exactly `mechanism.allocate(ordered, inp)`.
+    """
+    if not any(is_elastic(j) for j in ordered):
+        return mechanism.allocate(ordered, inp)
+    sizes = decide_sizes(ordered, inp.cluster, inp.cluster.total.gpus)
+    grown = [replace(j, gpus=sizes.get(j.id, base_gpus(j))) if is_elastic(j) else j for j in ordered]
+    out = mechanism.allocate(grown, replace(inp, jobs=grown))
+    if all(jid in out.allocations for jid in sizes):
+        return out
+    base = [replace(j, gpus=base_gpus(j)) if is_elastic(j) else j for j in ordered]
+    return mechanism.allocate(base, replace(inp, jobs=base))
