@@ -22,8 +22,10 @@ from typing import Sequence
 
 import numpy as np
 
-#: Above this many DP cells (capacity units x items), the greedy replaces the DP.
-MAX_CELLS = 4_000_000
+#: Above this many DP cells (capacity units x items), the greedy replaces the DP. A cell
+#: costs about 40 ns in numpy, so the exact DP stays within ~20 ms (Lyra's reported 0.02 s
+#: for 354 items and 245 GPUs is ~87k cells).
+MAX_CELLS = 500_000
 #: Values closer than this are a tie (they are sums of float seconds).
 TOL = 1e-9
 
@@ -57,7 +59,7 @@ def solve(groups: Sequence[Sequence[Item]], capacity: int, max_cells: int = MAX_
         w = np.array([it.weight // unit for it in items])
         v = np.array([it.value for it in items])
         src = cols[None, :] - w[:, None]
-        cand = np.where(src >= 0, dp[np.clip(src, 0, None)] + v[:, None], -np.inf)
+        cand = np.where(src >= 0, dp[np.maximum(src, 0)] + v[:, None], -np.inf)
         k = np.argmax(cand, axis=0)  # first maximum: the fewest GPUs among equal values
         best = cand[k, cols]
         take = best > dp + TOL

@@ -29,17 +29,23 @@ def sizes(job: Job) -> range:
     return range(int(job.min_gpus), int(job.max_gpus) + 1, step)
 
 
+def gpu_seconds_left(job: Job, relative_speed: float) -> float:
+    """Remaining work in GPU-seconds: the time to finish at g GPUs is this over g."""
+    rate = iterations_per_s(job, relative_speed)
+    return job.remaining_iterations * job.gpus / rate if rate > 0 else float("inf")
+
+
 def remaining_s(job: Job, gpus: int, cluster: Cluster) -> float:
     """Time to finish at `gpus` GPUs under linear scaling (inf when it cannot progress)."""
-    rate = iterations_per_s(job, proportional_speed(job, cluster)) * gpus / job.gpus
-    return job.remaining_iterations / rate if rate > 0 else float("inf")
+    return gpu_seconds_left(job, proportional_speed(job, cluster)) / gpus
 
 
-def flexible_items(job: Job, cluster: Cluster) -> list[Item]:
+def flexible_items(job: Job, cluster: Cluster, relative_speed: float | None = None) -> list[Item]:
     """Figure 6: one item per extra worker count, weight = extra GPUs, value = the running
-    time it saves over running at the base demand."""
-    base = base_gpus(job)
-    at_base = remaining_s(job, base, cluster)
-    if at_base == float("inf"):
+    time it saves over running at the base demand. `relative_speed`: the job's speed at
+    its proportional share, when the caller has it already (it depends on the profile only)."""
+    work = gpu_seconds_left(job, proportional_speed(job, cluster) if relative_speed is None else relative_speed)
+    if work == float("inf"):
         return []
-    return [Item(g - base, at_base - remaining_s(job, g, cluster)) for g in sizes(job) if g > base]
+    base = base_gpus(job)
+    return [Item(g - base, work / base - work / g) for g in sizes(job) if g > base]

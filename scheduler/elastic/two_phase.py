@@ -14,23 +14,33 @@ job its turn.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import copy
 from typing import Sequence
 
 from synergy.scheduler.elastic import mckp
 from synergy.scheduler.elastic.scaling import base_gpus, flexible_items, is_elastic
-from synergy.scheduler.mechanisms.base import Mechanism, runnable_by_gpu
+from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.model import Cluster, Job, RoundInput, RoundOutput
+from synergy.scheduler.throughput import proportional_speed
 
 
 def decide_sizes(ordered: Sequence[Job], cluster: Cluster, free_gpus: float) -> dict[int, int]:
     """GPUs per runnable job after both phases (jobs absent from it wait)."""
-    base = [replace(j, gpus=base_gpus(j)) if is_elastic(j) else j for j in ordered]
-    runnable, _ = runnable_by_gpu(base, free_gpus)
-    sizes = {j.id: j.gpus for j in runnable}
-    left = int(free_gpus + 1e-9) - sum(sizes.values())
-    flexible = [j for j in ordered if j.id in sizes and is_elastic(j)]
-    groups = [flexible_items(j, cluster) for j in flexible]
+    sizes: dict[int, int] = {}
+    left = int(free_gpus + 1e-9)
+    for job in ordered:  # phase one: `runnable_by_gpu` on the base demands
+        need = base_gpus(job)
+        if need <= left:
+            sizes[job.id] = need
+            left -= need
+    flexible = [j for j in ordered if j.id in sizes and is_elastic(j)] if left > 0 else []
+    speeds: dict[int, float] = {}  # the proportional speed depends on the profile alone
+    groups = []
+    for job in flexible:
+        key = id(job.profile)
+        if key not in speeds:
+            speeds[key] = proportional_speed(job, cluster)
+        groups.append(flexible_items(job, cluster, speeds[key]))
     for job, items, pick in zip(flexible, groups, mckp.solve(groups, left)):
         if pick >= 0:
             sizes[job.id] += items[pick].weight
@@ -45,9 +55,23 @@ def allocate(mechanism: Mechanism, ordered: Sequence[Job], inp: RoundInput) -> R
     if not any(is_elastic(j) for j in ordered):
         return mechanism.allocate(ordered, inp)
     sizes = decide_sizes(ordered, inp.cluster, inp.cluster.total.gpus)
-    grown = [replace(j, gpus=sizes.get(j.id, base_gpus(j))) if is_elastic(j) else j for j in ordered]
-    out = mechanism.allocate(grown, replace(inp, jobs=grown))
+    grown = [_at(j, sizes.get(j.id, base_gpus(j))) for j in ordered]
+    out = mechanism.allocate(grown, _with_jobs(inp, grown))
     if all(jid in out.allocations for jid in sizes):
         return out
-    base = [replace(j, gpus=base_gpus(j)) if is_elastic(j) else j for j in ordered]
-    return mechanism.allocate(base, replace(inp, jobs=base))
+    base = [_at(j, base_gpus(j)) for j in ordered]
+    return mechanism.allocate(base, _with_jobs(inp, base))
+
+
+def _at(job: Job, gpus: int) -> Job:
+    """The job as the mechanism should place it this round: `gpus` GPUs (a shallow copy;
+    the shell's job is never written)."""
+    if gpus == job.gpus:
+        return job
+    view = copy.copy(job)
+    view.gpus = gpus
+    return view
+
+
+def _with_jobs(inp: RoundInput, jobs: list[Job]) -> RoundInput:
+    return RoundInput(inp.now_s, inp.cluster, jobs, inp.previous, inp.round_s, inp.heartbeat_window_s)
