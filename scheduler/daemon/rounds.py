@@ -7,7 +7,8 @@
 * unchanged placement and allocation -> nothing to do, the lease simply keeps renewing;
 * same nodes and GPUs, other CPU / memory -> resized in place (RESIZE to the agents);
 * anything else for a running job -> asked to stop, relaunched with the new allocation
-  as soon as its processes have exited;
+  as soon as its processes have exited (this is also how an elastic job rescales: the
+  core gave it another GPU count, it checkpoints at an agreed step and relaunches);
 * not chosen while running -> asked to stop (told at its next renewal); while queued ->
   keeps waiting, with the core's reason.
 """
@@ -185,11 +186,19 @@ class RoundLoop:
             profile=self.ctx.profiles.profile(job, cluster),
             done_iterations=float(steps),
             attained_gpu_s=attained,
-            kind=JobKind.CPU_ONLY if job.spec.cpu_only else JobKind.TRAINING,
+            kind=_kind(job),
+            min_gpus=job.spec.min_gpus if job.spec.elastic else None,
+            max_gpus=job.spec.max_gpus if job.spec.elastic else None,
             # A CPU-only job's request; a training job's hints stay with its profile.
             cpus=job.spec.cpus_hint if job.spec.cpu_only else 0.0,
             mem_gb=job.spec.mem_gb_hint if job.spec.cpu_only else 0.0,
         )
+
+
+def _kind(job: JobRecord) -> JobKind:
+    if job.spec.cpu_only:
+        return JobKind.CPU_ONLY
+    return JobKind.ELASTIC if job.spec.elastic else JobKind.TRAINING
 
 
 def _same_gpus(a: Sequence[Placement], b: Sequence[Placement]) -> bool:

@@ -224,3 +224,18 @@ def test_help_explains_every_command(capsys: pytest.CaptureFixture[str]) -> None
         assert main([*command.split(), "--help"]) == 0
         text = capsys.readouterr().out
         assert "--json" in text and "--address" in text, command
+
+
+def test_submit_elastic_range_reaches_the_daemon(cli) -> None:
+    """`--min-gpus/--max-gpus` are sent (not dropped) and the daemon accepts them; `jobs`
+    shows the range."""
+    run = cli("submit", "--name", "elastic-job", "--gpus", "2", "--min-gpus", "1", "--max-gpus", "4",
+              "--json", "--", "python", "train.py")
+    assert run.err == ""
+    job = as_json(run)
+    assert (job["spec"]["min_gpus"], job["spec"]["max_gpus"]) == (1, 4)
+    table = cli("jobs")
+    assert table.code == 0
+    assert any("elastic-job" in line and "1-4" in line for line in table.out.splitlines()), table.out
+    bad = cli("submit", "--name", "elastic-bad", "--gpus", "2", "--min-gpus", "3", "--max-gpus", "4", "--", "x")
+    assert bad.code != 0 and "spec.gpus (--gpus): must lie in the elastic range 3..4" in bad.err

@@ -178,3 +178,15 @@ def test_dp_works_in_worker_units() -> None:
     picks = mckp.solve(groups, 4096, max_cells=600 * 8 * 512)
     assert sum(groups[g][k].weight for g, k in enumerate(picks) if k >= 0) <= 4096
     assert sum(1 for k in picks if k >= 0) >= 4096 // 64
+
+
+def test_a_running_job_keeps_its_size_unless_rescaling_pays() -> None:
+    """Table 4 with B already running at 6 GPUs and A at its base: favouring A saves 46 s
+    of running time (86 - 40), less than the two relaunches cost (2 x 63 s), so nothing
+    moves; with rescales free, the knapsack moves to favouring A."""
+    running = {1: 4, 2: 6}
+    assert decide_sizes([A4, B4], T4, 11, current=running) == {1: 4, 2: 6}
+    assert decide_sizes([A4, B4], T4, 11, current=running, rescale_cost_s=0) == {1: 6, 2: 5}
+    # A job that is not running yet pays nothing to start at any size.
+    assert decide_sizes([A4, B4], T4, 11, current={2: 6}) == {1: 4, 2: 6}
+    assert decide_sizes([A4, B4], T4, 11, current={2: 5}) == {1: 6, 2: 5}
