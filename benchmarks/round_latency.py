@@ -7,12 +7,20 @@ median and max wall time of `Scheduler.schedule` over several rounds.
 Targets on a 2-core machine: TUNE <= 10 ms at 512 GPUs / 1k jobs and <= 100 ms at 4096 GPUs /
 8k jobs; OPT <= 1 s at 128 GPUs / 256 jobs.
 
+`--elastic` times Lyra's elastic round instead (scheduler/elastic/): half the jobs elastic
+(1-8 GPUs, up to 4x their minimum), TUNE placing them; "mckp ms" is the two phases alone
+(sizes decided, nothing placed, the policy's order given); "fixed ms" is the same round with
+every job at its fixed size, for comparison. Target: <= 20 ms per round at 512 GPUs / 1k jobs. A second
+row per size has a light queue (a quarter of the GPU count in jobs), so that phase two has
+free GPUs to hand out.
+
     python benchmarks/round_latency.py [--repeat 5] [--mechanisms proportional,greedy,tune,opt]
 
 Then, Tesserae's scale points (§7; it reports under 1.6 s at 256 GPUs / 2048 jobs): the whole
 TUNE round with migration matching (placement/migration.py) against last round's plan, with
 1-8 GPU jobs, where a tenth of the jobs are new and the policy order changed. Target <= 100 ms
 at 256 GPUs / 2048 jobs; 4096 GPUs / 8192 jobs is printed. `--migration-only` skips the table above.
+    python benchmarks/round_latency.py --elastic [--gpus 128,512,4096]
 """
 from __future__ import annotations
 
@@ -22,7 +30,8 @@ import statistics
 import time
 from dataclasses import replace
 
-from synergy.scheduler.model import Cluster, Job, RoundInput
+from synergy.scheduler.elastic.two_phase import decide_sizes
+from synergy.scheduler.model import Cluster, Job, JobKind, RoundInput
 from synergy.scheduler.placement.migration import count_migrations
 from synergy.scheduler.profiles.zoo import MODELS_BY_TASK, default_profiles
 from synergy.scheduler.registry import build_scheduler
@@ -43,6 +52,42 @@ def make_jobs(n: int, multi_gpu: bool, rng: random.Random) -> list[Job]:
     return jobs
 
 
+def make_elastic_jobs(n: int, rng: random.Random) -> list[Job]:
+    """The multi-GPU mix with every other job elastic: min 1-8 GPUs, max 1-4x the min."""
+    jobs = make_jobs(n, True, rng)
+    for k in range(0, n, 2):
+        lo = jobs[k].gpus
+        hi = lo * rng.choice([1, 2, 4])
+        jobs[k] = replace(jobs[k], kind=JobKind.ELASTIC, gpus=hi, min_gpus=lo, max_gpus=hi,
+                          done_iterations=float(rng.randrange(0, 900_000)))
+    return jobs
+
+
+def elastic_rows(sizes: list[int], repeat: int) -> None:
+    print(f"{'GPUs':>6} {'jobs':>6} {'elastic':>8} {'mckp ms':>9} {'round ms':>9} {'max ms':>8} {'fixed ms':>9}")
+    for gpus in sizes:
+        cluster = Cluster.homogeneous(gpus // 8, gpus=8, cpus=24, mem_gb=500)
+        for n in (2 * gpus, gpus // 4):
+            jobs = make_elastic_jobs(n, random.Random(gpus + n))
+            sched = build_scheduler("srtf", "tune")
+            fixed = [replace(j, kind=JobKind.TRAINING, min_gpus=None, max_gpus=None) for j in jobs]
+            mckp, rounds, baseline = [], [], []
+            for r in range(repeat):
+                ordered = sched.policy.order(jobs, float(r), cluster)
+                t0 = time.perf_counter()
+                decide_sizes(ordered, cluster, cluster.total.gpus)
+                mckp.append((time.perf_counter() - t0) * 1e3)
+                t0 = time.perf_counter()
+                sched.schedule(RoundInput(float(r), cluster, jobs))
+                rounds.append((time.perf_counter() - t0) * 1e3)
+                t0 = time.perf_counter()
+                sched.schedule(RoundInput(float(r), cluster, fixed))
+                baseline.append((time.perf_counter() - t0) * 1e3)
+            print(f"{gpus:>6} {n:>6} {sum(j.kind == JobKind.ELASTIC for j in jobs):>8} "
+                  f"{statistics.median(mckp):>9.2f} {statistics.median(rounds):>9.2f} {max(rounds):>8.2f} "
+                  f"{statistics.median(baseline):>9.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5, help="rounds timed per cell (default 5)")
@@ -50,7 +95,11 @@ def main() -> None:
     ap.add_argument("--gpus", default="128,512,4096", help="cluster sizes in GPUs")
     ap.add_argument("--multi-gpu", action="store_true", help="mix 1-8 GPU jobs instead of single-GPU jobs")
     ap.add_argument("--migration-only", action="store_true", help="only the migration-matching scale points")
+    ap.add_argument("--elastic", action="store_true", help="time Lyra's elastic round (half the jobs elastic)")
     args = ap.parse_args()
+    if args.elastic:
+        elastic_rows([int(g) for g in args.gpus.split(",")], args.repeat)
+        return
     if not args.migration_only:
         mechanism_table(args)
     migration_table(args.repeat)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
+from synergy.scheduler.elastic import two_phase
+from synergy.scheduler.elastic.scaling import base_gpus
 from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.mechanisms.cpu_only import place_cpu_only
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
@@ -17,6 +19,8 @@ from synergy.scheduler.policies.base import Policy
 
 #: At most this many filter reasons are quoted in one waiting reason.
 MAX_REASONS = 3
+#: Job kinds that take GPUs (the mechanism's pass); CPU_ONLY jobs have their own.
+GPU_KINDS = (JobKind.TRAINING, JobKind.ELASTIC)
 
 
 @dataclass(frozen=True)
@@ -30,17 +34,17 @@ class Scheduler:
     relabel: Relabeller | None = relabel_to_previous
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
-        # Seams: other pools (Lyra loans, CODA CPU arrays) and job kinds get their own
-        # passes here; this release schedules fixed-size training jobs on GPU servers, then
-        # CPU-only jobs on what the training allocations leave free.
+        # Seams: other pools (Lyra loans, CODA CPU arrays) get their own passes here; this
+        # release schedules training jobs (fixed-size, and elastic ones sized by Lyra's two
+        # phases) on GPU servers, then CPU-only jobs on what those allocations leave free.
         verdicts = {s.id: run_filters(self.filters, s, inp) for s in inp.cluster.servers}
-        jobs = [j for j in inp.jobs if j.kind == JobKind.TRAINING]
+        jobs = [j for j in inp.jobs if j.kind in GPU_KINDS]
         kept = _kept_in_place(jobs, inp.previous, verdicts)
         cluster = _open_cluster(inp.cluster, verdicts, kept)
         out = RoundOutput({})
         if cluster.servers:  # policies and mechanisms may assume at least one server
             ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
-            out = self.mechanism.allocate(ordered, replace(inp, cluster=cluster, jobs=ordered))
+            out = two_phase.allocate(self.mechanism, ordered, replace(inp, cluster=cluster, jobs=ordered))
             if self.relabel is not None and inp.previous:
                 out = replace(out, allocations=self.relabel(out.allocations, inp.previous, cluster))
         allocations = {**out.allocations, **kept}
@@ -118,12 +122,12 @@ def _waiting(
             continue
         if j.kind == JobKind.CPU_ONLY:
             waiting[j.id] = decided.get(j.id, "not chosen this round")
-        elif j.kind != JobKind.TRAINING:
+        elif j.kind not in GPU_KINDS:
             waiting[j.id] = f"job kind {j.kind.value!r} is not scheduled by this release"
         elif not cluster.servers:
             waiting[j.id] = f"no schedulable node: {note or 'none registered'}"
-        elif j.gpus > total + EPS:
-            waiting[j.id] = f"needs {j.gpus} GPUs; the schedulable nodes have {total:g} in total" + (
+        elif base_gpus(j) > total + EPS:
+            waiting[j.id] = f"needs {base_gpus(j)} GPUs; the schedulable nodes have {total:g} in total" + (
                 f" ({note})" if note else ""
             )
         else:

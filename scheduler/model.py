@@ -131,9 +131,8 @@ class Cluster:
 class JobKind(str, enum.Enum):
     """Seam for job kinds beyond fixed-size data-parallel training.
 
-    ELASTIC (Lyra: a min/max worker range) is recognised by the data model but not yet
-    scheduled. CPU_ONLY (CODA) jobs take no GPU: `mechanisms/cpu_only.py` places them on the
-    CPUs and memory that the round's training allocations leave free.
+    ELASTIC (Lyra: a min/max GPU range) jobs are sized each round by `elastic/two_phase.py`.
+    CPU_ONLY (CODA) jobs take no GPU: `mechanisms/cpu_only.py` places them on the CPUs and memory that the round's training allocations leave free.
     """
 
     TRAINING = "training"
@@ -158,9 +157,12 @@ class Job:
     #: Attained service in GPU-seconds (LAS orders by it).
     attained_gpu_s: float = 0.0
     kind: JobKind = JobKind.TRAINING
-    #: Elastic range (Lyra); None for fixed-size jobs.
+    #: Elastic range (Lyra); None for fixed-size jobs. An ELASTIC job runs at min_gpus plus
+    #: whole workers of `gpus_per_worker`, up to max_gpus; `gpus` is the size its profile's
+    #: iteration time was measured at (scheduler/elastic/scaling.py).
     min_gpus: int | None = None
     max_gpus: int | None = None
+    gpus_per_worker: int = 1
     #: CPU_ONLY jobs: the CPUs and GB of host memory they ask for (training jobs: unused,
     #: their profile decides).
     cpus: float = 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, NoReturn
 
@@ -143,17 +143,10 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
     )
     try:
         rules.validate(spec)
-        rules.encoded_size(spec_to_msg(wire_spec(spec)).ByteSize())
+        rules.encoded_size(spec_to_msg(spec).ByteSize())
         return spec
     except SpecError as exc:
         f.fail_path(exc.field, exc.problem)
-
-
-def wire_spec(spec: JobSpec) -> JobSpec:
-    """What `submit` sends: the elastic range is validated here but not sent, because this
-    release's daemon schedules fixed-size jobs only and refuses a range (admin.proto);
-    sending it would turn "reserved for later" into a refusal. `submit` says so on stderr."""
-    return replace(spec, min_gpus=0, max_gpus=0)
 
 
 def spec_document(spec: JobSpec) -> dict[str, Any]:

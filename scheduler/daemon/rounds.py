@@ -7,13 +7,15 @@
 * unchanged placement and allocation -> nothing to do, the lease simply keeps renewing;
 * same nodes and GPUs, other CPU / memory -> resized in place (RESIZE to the agents);
 * anything else for a running job -> a migration (counted on /metrics): asked to stop,
-  relaunched with the new allocation as soon as its processes have exited;
+  relaunched with the new allocation as soon as its processes have exited (this is also
+  how an elastic job rescales: the core gave it another GPU count, it checkpoints at an
+  agreed step and relaunches);
+* not chosen while running -> asked to stop (told at its next renewal); while queued ->
+  keeps waiting, with the core's reason.
 
 "Same" ignores the order of a split job's pieces, and the core relabels interchangeable
 nodes to match the running plan (Tesserae, placement/migration.py), so a round that would
 only rename nodes restarts nothing.
-* not chosen while running -> asked to stop (told at its next renewal); while queued ->
-  keeps waiting, with the core's reason.
 """
 
 from __future__ import annotations
@@ -212,7 +214,9 @@ class RoundLoop:
             profile=self.ctx.profiles.profile(job, cluster),
             done_iterations=float(steps),
             attained_gpu_s=attained,
-            kind=JobKind.CPU_ONLY if job.spec.cpu_only else JobKind.TRAINING,
+            kind=_kind(job),
+            min_gpus=job.spec.min_gpus if job.spec.elastic else None,
+            max_gpus=job.spec.max_gpus if job.spec.elastic else None,
             # A CPU-only job's request; a training job's hints stay with its profile.
             cpus=job.spec.cpus_hint if job.spec.cpu_only else 0.0,
             mem_gb=job.spec.mem_gb_hint if job.spec.cpu_only else 0.0,
@@ -224,6 +228,13 @@ def _in_order_of(running: Sequence[Placement], new: Sequence[Placement]) -> tupl
     numbered along the placements, and a rank stays on its node."""
     position = {p.server_id: k for k, p in enumerate(running)}
     return tuple(sorted(new, key=lambda p: position.get(p.server_id, len(position))))
+
+
+def _kind(job: JobRecord) -> JobKind:
+    if job.spec.cpu_only:
+        return JobKind.CPU_ONLY
+    return JobKind.ELASTIC if job.spec.elastic else JobKind.TRAINING
+
 
 
 def _waiting(job: JobRecord, reason: str) -> JobRecord:

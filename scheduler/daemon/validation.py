@@ -57,9 +57,6 @@ def job_ref(value: str, field: str = "job") -> int | str:
 def job_spec(spec: JobSpec, max_job_gpus: int, encoded_bytes: int = 0) -> JobSpec:
     """Raise InvalidArgument for the first bad field of `spec` (the rules the CLI runs too);
     return it unchanged otherwise."""
-    if spec.elastic:
-        field = "spec.min_gpus" if spec.min_gpus != 0 else "spec.max_gpus"
-        raise InvalidArgument(field, "elastic jobs are reserved for a later release; leave it unset")
     try:
         return rules.validate(spec, max_job_gpus, encoded_bytes)
     except SpecError as exc:

@@ -90,7 +90,7 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
             raise SpecError(p + name, f"must be a finite number from 0 to {INT32_MAX}, got {value}")
     _in_range(spec.iterations, ITERATIONS_RANGE, p + "iterations")
     _in_range(spec.priority, PRIORITY_RANGE, p + "priority")
-    _elastic(spec, p)
+    _elastic(spec, p, top)
     path(spec.working_dir, p + "working_dir")
     path(spec.checkpoint_dir, p + "checkpoint_dir")
     if spec.model and not MODEL_RE.fullmatch(spec.model):
@@ -194,7 +194,9 @@ def _cpu_request(spec: JobSpec, p: str) -> None:
         raise SpecError(p + "min_gpus", f"must be unset for a job of kind {KIND_CPU!r}")
 
 
-def _elastic(spec: JobSpec, p: str) -> None:
+def _elastic(spec: JobSpec, p: str, top: int) -> None:
+    """An elastic job runs at any whole number of GPUs from min_gpus to max_gpus; `gpus` is
+    the size its profile and hints describe (scheduler/elastic/scaling.py)."""
     if not spec.elastic:
         return
     lo, hi = spec.min_gpus, spec.max_gpus
@@ -202,6 +204,8 @@ def _elastic(spec: JobSpec, p: str) -> None:
         raise SpecError(p + "min_gpus", f"must be at least 1 when an elastic range is given, got {lo}")
     if hi < lo:
         raise SpecError(p + "max_gpus", f"must be at least min_gpus ({lo}), got {hi}")
+    if hi > top:
+        raise SpecError(p + "max_gpus", f"must be at most {top} (the largest job allowed), got {hi}")
     if not lo <= spec.gpus <= hi:
         raise SpecError(p + "gpus", f"must lie in the elastic range {lo}..{hi}, got {spec.gpus}")
 

@@ -60,7 +60,8 @@ class JobSpec:
     priority: int = 0
     #: Total training steps, for remaining-time policies (SRTF, FTF); 0 = unknown.
     iterations: int = 0
-    #: Lyra-style elastic range; 0 = unset. Validated, not yet scheduled.
+    #: Lyra-style elastic range in GPUs; 0 = unset (a fixed-size job). The core sizes an
+    #: elastic job each round within it (scheduler/elastic/).
     min_gpus: int = 0
     max_gpus: int = 0
     #: A profile measured beforehand, in the JSON profile format's per-model form.

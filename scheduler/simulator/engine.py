@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from synergy.scheduler.core import Scheduler
-from synergy.scheduler.model import Allocation, Cluster, Job, RoundInput, RoundOutput
+from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput
 from synergy.scheduler.placement.migration import migrated
 from synergy.scheduler.throughput import iterations_per_s, speed
 
@@ -140,8 +140,10 @@ class Simulation:
         self.records = {j.id: JobRecord(j.id, j.model, j.gpus, j.arrival_s) for j in jobs}
         total = cluster.total
         self.capacity = (float(total.gpus), float(total.cpus), float(total.mem_gb))
-        # Plug-ins opt in to memoisation by declaring it (see the module docstring).
-        self.order_only = bool(getattr(scheduler.mechanism, "order_only", False))
+        # Plug-ins opt in to memoisation by declaring it (see the module docstring). Elastic
+        # jobs opt out: their sizes depend on remaining time and on `previous`.
+        self.order_only = bool(getattr(scheduler.mechanism, "order_only", False)) and not any(
+            j.kind == JobKind.ELASTIC for j in jobs)
         self.static_order = bool(getattr(scheduler.policy, "static_order", False))
         #: Neither plug-in reads done_iterations/attained_gpu_s, so with memoisation on they
         #: are not written into the Jobs before each call (they are at every completion).

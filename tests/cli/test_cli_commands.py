@@ -253,3 +253,18 @@ def test_auto_without_a_checkpoint_dir_keeps_the_stand_in_and_says_why(cli) -> N
                       "--", "python", "t.py"))
     assert job["state"] == "queued" and job["profile_source"].startswith("zoo:resnet18"), job
     assert "no checkpoint_dir" in job["state_reason"], job["state_reason"]
+
+
+def test_submit_elastic_range_reaches_the_daemon(cli) -> None:
+    """`--min-gpus/--max-gpus` are sent (not dropped) and the daemon accepts them; `jobs`
+    shows the range."""
+    run = cli("submit", "--name", "elastic-job", "--gpus", "2", "--min-gpus", "1", "--max-gpus", "4",
+              "--json", "--", "python", "train.py")
+    assert run.err == ""
+    job = as_json(run)
+    assert (job["spec"]["min_gpus"], job["spec"]["max_gpus"]) == (1, 4)
+    table = cli("jobs")
+    assert table.code == 0
+    assert any("elastic-job" in line and "1-4" in line for line in table.out.splitlines()), table.out
+    bad = cli("submit", "--name", "elastic-bad", "--gpus", "2", "--min-gpus", "3", "--max-gpus", "4", "--", "x")
+    assert bad.code != 0 and "spec.gpus (--gpus): must lie in the elastic range 3..4" in bad.err

@@ -183,7 +183,9 @@ def test_metrics_and_healthz(daemon: DaemonProcess, admin: Admin) -> None:
         ({"cpus_hint": float("nan")}, "spec.cpus_hint"),
         ({"mem_gb_hint": -1.0}, "spec.mem_gb_hint"),
         ({"task": "vision"}, "spec.task"),
-        ({"min_gpus": 1}, "spec.min_gpus"),
+        ({"min_gpus": 1}, "spec.max_gpus"),  # below min_gpus
+        ({"min_gpus": -1, "max_gpus": 4}, "spec.min_gpus"),
+        ({"gpus": 2, "min_gpus": 2, "max_gpus": 16}, "spec.max_gpus"),  # above --max-job-gpus 8
         ({"iterations": -5}, "spec.iterations"),
         ({"profile": common_pb2.SensitivityProfile(task="image")}, "spec.profile"),
     ],

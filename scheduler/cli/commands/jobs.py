@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,7 +15,7 @@ from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import (
     Result, enum_word, fmt_age, fmt_bandwidth, fmt_bytes, fmt_num, fmt_time, kv_table, state_text, table, to_plain,
 )
-from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec, spec_document, wire_spec
+from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec, spec_document
 from synergy.scheduler.jobspec import parse_job_ref
 from synergy.scheduler.jobspec.proto import spec_to_msg
 from synergy.v1 import admin_pb2, common_pb2
@@ -70,8 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, help="total training steps (lets SRTF/FTF estimate remaining time)")
     p.add_argument("--checkpoint-dir", help="where the job writes checkpoints (relative: to the working dir)")
     p.add_argument("--priority", type=int, help="reserved: stored, ignored by the paper's policies (-1000..1000)")
-    p.add_argument("--min-gpus", type=int, help="elastic range lower bound (reserved: validated, not yet scheduled)")
-    p.add_argument("--max-gpus", type=int, help="elastic range upper bound (reserved: validated, not yet scheduled)")
+    p.add_argument("--min-gpus", type=int,
+                   help="elastic: the fewest GPUs the job runs with (with --max-gpus; --gpus lies between)")
+    p.add_argument("--max-gpus", type=int,
+                   help="elastic: the most GPUs the job runs with; each round picks a size in the range")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and print the spec that would be sent; do not contact synergyd")
     p.set_defaults(func=submit, argv_command=None)
@@ -154,13 +155,10 @@ def _parse_env_flags(items: list[str]) -> dict[str, str]:
 
 def submit(args: argparse.Namespace, connect: Connect) -> Result:
     spec = build_spec(args)
-    if spec.elastic:
-        print(f"synergy: note: elastic range {spec.min_gpus}..{spec.max_gpus} accepted "
-              f"but not yet scheduled; the job runs with a fixed {spec.gpus} GPU(s)", file=sys.stderr)
     if args.dry_run:
         return Result({"spec": spec_document(spec)}, _spec_view(spec))
     with connect() as client:
-        job = client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(wire_spec(spec)))).job
+        job = client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(spec))).job
     line = Text.assemble("submitted job ", (str(job.id), "bold"), f" ({job.name}): ", state_text(_state(job)))
     if job.waiting_reason:
         line.append(f"; waiting: {job.waiting_reason}")
@@ -187,7 +185,7 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         jobs = all_jobs(client, req)
     rows = [
-        (j.id, j.name, state_text(_state(j)), j.spec.gpus,
+        (j.id, j.name, state_text(_state(j)), _gpus(j.spec),
          j.spec.model or "-", _where(j), j.steps_done or "-", fmt_age(j.submitted_at_unix_s),
          j.waiting_reason if _state(j) == "queued" and j.waiting_reason else j.state_reason)
         for j in jobs
@@ -195,6 +193,11 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
     view = table(None, ["ID", "NAME", "STATE", "GPUS", "MODEL", "ALLOCATION", "STEPS", "AGE", "REASON"],
                  rows) if rows else Text("no jobs")
     return Result({"jobs": [to_plain(j) for j in jobs]}, view)
+
+
+def _gpus(spec: admin_pb2.JobSpec) -> int | str:
+    """An elastic job's range ("1-8"; ALLOCATION shows what it holds now), else its GPUs."""
+    return f"{spec.min_gpus}-{spec.max_gpus}" if spec.min_gpus or spec.max_gpus else spec.gpus
 
 
 def all_jobs(client: Client, req: admin_pb2.ListJobsRequest) -> list[admin_pb2.JobInfo]:
