@@ -38,7 +38,7 @@ from workload import Entry, load_workload  # noqa: E402
 
 from synergy.scheduler.cli.connection import Client, resolve_target  # noqa: E402
 from synergy.scheduler.cli.errors import CliError  # noqa: E402
-from synergy.scheduler.cli.spec import JobSpec, SpecError, wire_spec  # noqa: E402
+from synergy.scheduler.cli.spec import JobSpec, SpecError  # noqa: E402
 from synergy.scheduler.jobspec.proto import spec_to_msg  # noqa: E402
 from synergy.v1 import admin_pb2  # noqa: E402
 
@@ -150,7 +150,7 @@ def run(cluster: LocalCluster, workload: list[Entry], args: argparse.Namespace, 
             while pending or not watch.all_done():
                 while pending and time.monotonic() - up_at >= pending[0].submit_at_s:
                     spec = with_checkpoint_dir(pending.pop(0).spec, cluster.root / "checkpoints")
-                    client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(wire_spec(spec))))
+                    client.call("SubmitJob", admin_pb2.SubmitJobRequest(spec=spec_to_msg(spec)))
                 for line in watch.poll():
                     console.print(line, markup=False)
                 live.update(watch.table(title()), refresh=True)

@@ -24,8 +24,7 @@ from synergy.scheduler.jobspec.spec import KIND_CPU
 from synergy.scheduler.jobspec.proto import spec_to_msg
 from synergy.scheduler.profiles.format import ProfileError, load_profiles
 
-__all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_spec_document", "spec_document",
-           "wire_spec"]
+__all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_spec_document", "spec_document"]
 
 FIELDS = (
     "name", "command", "working_dir", "env", "gpus", "cpus", "memory_gb",
