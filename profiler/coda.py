@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
-from synergy.profiler.search import check_point
+from synergy.profiler.curve import MeasuredCurve
 from synergy.scheduler.profiles.format import TASKS
 
 #: First CPU count to try, by task, when the user has no history (see the module docstring).
@@ -42,22 +42,19 @@ START_BY_TASK: dict[str, int] = {"image": 6, "speech": 4, "language": 2}
 TOLERANCE = 0.05
 
 
-class CodaSearch:
+class CodaSearch(MeasuredCurve):
     """CODA's allocator: start point, halve while throughput holds, then double while it improves."""
 
     def __init__(self, max_cpus: int, task: str, history: Sequence[int] = ()) -> None:
-        if isinstance(max_cpus, bool) or not isinstance(max_cpus, int) or max_cpus < 1:
-            raise ValueError(f"max_cpus must be a positive integer, got {max_cpus!r}")
+        super().__init__(max_cpus)
         if task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
         history = list(history)
         if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in history):
             raise ValueError(f"history must hold positive integers, got {history!r}")
-        self.max_cpus = max_cpus
         self.task = task
         wanted = round(statistics.median(history)) if history else START_BY_TASK[task]
         self.start = min(max(wanted, 1), max_cpus)
-        self._measured: dict[int, float] = {}
         self._current: int | None = None  # the count the search stands on
         self._phase = "down"
 
@@ -79,10 +76,7 @@ class CodaSearch:
 
     def record(self, cpus: int, samples_per_s: float) -> None:
         """Record the throughput measured at `cpus` (normally the count `next_cpus` gave)."""
-        check_point(cpus, samples_per_s, self.max_cpus)
-        if cpus in self._measured:
-            raise ValueError(f"cpus {cpus} is already measured")
-        self._measured[cpus] = float(samples_per_s)
+        self._add(cpus, samples_per_s)
         if self._current is None:
             self._current = cpus
             return
@@ -103,12 +97,3 @@ class CodaSearch:
         """The CPU count CODA settles on (None before the first point)."""
         return self._current
 
-    @property
-    def points(self) -> list[tuple[int, float]]:
-        """(cpus, samples/s) measured so far, by CPU count."""
-        return sorted(self._measured.items())
-
-    @property
-    def probes(self) -> int:
-        """How many points were measured."""
-        return len(self._measured)

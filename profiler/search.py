@@ -28,24 +28,23 @@ from __future__ import annotations
 
 import math
 
+from synergy.profiler.curve import MeasuredCurve
+
 #: Knee tolerance of the best-case demand (docs/profiles.md: within 1% of saturation).
 KNEE_TOLERANCE = 0.01
 
 
-class OptimisticSearch:
+class OptimisticSearch(MeasuredCurve):
     """Chooses the CPU counts to profile; `next_cpus()` until None, `record()` each result."""
 
     def __init__(self, max_cpus: int, threshold: float = 0.10, max_points: int = 8) -> None:
-        if isinstance(max_cpus, bool) or not isinstance(max_cpus, int) or max_cpus < 1:
-            raise ValueError(f"max_cpus must be a positive integer, got {max_cpus!r}")
+        super().__init__(max_cpus)
         if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold > 0):
             raise ValueError(f"threshold must be a positive number, got {threshold!r}")
         if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
             raise ValueError(f"max_points must be a positive integer, got {max_points!r}")
-        self.max_cpus = max_cpus
         self.threshold = float(threshold)
         self.max_points = max_points
-        self._measured: dict[int, float] = {}
 
     # -- the protocol shared with CodaSearch -----------------------------------------------
     def next_cpus(self) -> int | None:
@@ -65,20 +64,7 @@ class OptimisticSearch:
 
     def record(self, cpus: int, samples_per_s: float) -> None:
         """Record the throughput measured at `cpus` (any count in 1..max_cpus, once each)."""
-        check_point(cpus, samples_per_s, self.max_cpus)
-        if cpus in self._measured:
-            raise ValueError(f"cpus {cpus} is already measured")
-        self._measured[cpus] = float(samples_per_s)
-
-    @property
-    def points(self) -> list[tuple[int, float]]:
-        """(cpus, samples/s) measured so far, by CPU count."""
-        return sorted(self._measured.items())
-
-    @property
-    def probes(self) -> int:
-        """How many points were measured (each one a profiling window)."""
-        return len(self._measured)
+        self._add(cpus, samples_per_s)
 
     # -- helpers ---------------------------------------------------------------------------
     def interpolate(self, cpus: float) -> float:
@@ -156,12 +142,6 @@ def _knee_unsettled(pts: list[tuple[int, float]], i: int) -> bool:
     upper = _upper_bound(pts, i)
     return any(upper(x) >= level for x in range(a + 1, b - 1))
 
-
-def check_point(cpus: int, samples_per_s: float, max_cpus: int) -> None:
-    if isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= max_cpus:
-        raise ValueError(f"cpus must be an integer in 1..{max_cpus}, got {cpus!r}")
-    if not (isinstance(samples_per_s, (int, float)) and math.isfinite(samples_per_s) and samples_per_s >= 0):
-        raise ValueError(f"samples_per_s must be a finite number >= 0, got {samples_per_s!r}")
 
 
 def interpolate(points: list[tuple[int, float]], cpus: float) -> float:
