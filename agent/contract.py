@@ -31,6 +31,13 @@ CHECKPOINT_DIR = "SYNERGY_CHECKPOINT_DIR"
 RESUME_CHECKPOINT = "SYNERGY_RESUME_CHECKPOINT"
 RESUME_STEP = "SYNERGY_RESUME_STEP"
 
+#: gRPC settings every job process gets (the job's own env may override them). A DataLoader
+#: forks workers while the iterator's lease channel is live; without gRPC's fork handlers a
+#: child can abort in gRPC's poller ("Check failed: next_worker->state == KICKED"). gRPC reads
+#: these once, when it is first imported, so they must be in the environment before the
+#: script imports grpc (directly, or through any library) in whatever order it imports things.
+GRPC_FORK_ENV = (("GRPC_ENABLE_FORK_SUPPORT", "true"), ("GRPC_POLL_STRATEGY", "poll"))
+
 #: Rendezvous ports are derived from (job, attempt) so every rank agrees without a message.
 MASTER_PORT_BASE = 29500
 MASTER_PORT_SPAN = 20000

@@ -343,8 +343,9 @@ class Supervisor:
         )
 
     def _environment(self, task: Task, spec: node_pb2.TaskSpec) -> dict[str, str]:
-        """The agent's environment minus SYNERGY_*, then the job's env, then the contract."""
+        """The agent's environment minus SYNERGY_*, gRPC's fork settings, the job's env, the contract."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNERGY_")}
+        env.update(contract.GRPC_FORK_ENV)
         env.update(spec.env)
         master = spec.master_hostname or (os.uname().nodename if spec.master_node_id == self.node_id else "")
         env.update(

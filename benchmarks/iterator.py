@@ -6,12 +6,16 @@ Per-batch: a loader of pre-made tensors (a list), iterated bare and wrapped in m
 (the lease thread talking to a real synergyd on loopback, a simulated agent's job token). Renewal p99: RenewLease against
 that synergyd vs a bare unary gRPC call (a ReportCompletion refused
 at validation) in the same run. Checkpoint: `atomic_save` of a 256 MB state vs `dd ... conv=fsync`
-to the same directory. STOP → exit 75 is printed by the iterator itself on every stop
-("... s after STOP") and measured by tests/iterator/test_iterator_e2e.py's job.
+to the same directory. STOP → exit 75: a real job process (tests/iterator/train_script.py,
+a DataLoader and a small model) trains against that synergyd under a simulated agent's task
+(which holds the task, renewing as the same rank) until its node is drained; the wrap prints how long
+after the STOP reply it had its checkpoint written, and the benchmark adds the time from that
+line to the process's exit (lease close and interpreter teardown).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -24,10 +28,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from synergyd_harness import DaemonProcess, FakeAgent, wait_for  # noqa: E402
 
-from synergy.agent.contract import JobEnv  # noqa: E402
+from synergy.agent.contract import GRPC_FORK_ENV, JobEnv  # noqa: E402
 from synergy.iterator import SynergyIterator, checkpoint  # noqa: E402
 from synergy.iterator.lease import LeaseKeeper  # noqa: E402
-from synergy.v1 import job_pb2  # noqa: E402
+from synergy.v1 import admin_pb2, job_pb2  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parent.parent / "tests" / "iterator" / "train_script.py"
 
 
 def per_batch(env: dict[str, str], n: int = 200_000) -> tuple[float, float]:
@@ -84,6 +90,42 @@ def ckpt_vs_dd(directory: Path, mb: int = 256) -> tuple[float, float]:
     return ours, dd
 
 
+def stop_to_exit(tmp: Path) -> tuple[float, float, int]:
+    """(STOP -> checkpoint written, STOP -> process exited, exit code) of a real job process, in s."""
+    d = DaemonProcess(tmp / "state-stop").start()
+    try:
+        agent = FakeAgent(d.address, d.cluster_token, "n1").start()
+        admin = d.admin()
+        # The simulated task holds the placement (and renews and stops like a job does); the real
+        # process below renews as the same rank and gets the same STOP.
+        job = admin.submit("stopper", gpus=1, env={"FAKE_STEP_S": "0.05"}).id
+        task = wait_for(lambda: next(iter(agent.tasks.values()), None), timeout=30, what="the job to launch")
+        env = JobEnv(job_id=job, attempt=1, rank=0, world_size=1, daemon_address=d.address,
+                     job_token=task.spec.job_token, checkpoint_dir=str(tmp / "ckpt-stop")).to_env()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SYNERGY_")}
+        rec = tmp / "stop-batches.txt"
+        proc = subprocess.Popen([sys.executable, "-u", str(SCRIPT), "--record", str(rec), "--samples", "100000",
+                                 "--epochs", "1", "--step-s", "0.01"], env={**base, **dict(GRPC_FORK_ENV), **env},
+                                stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: rec.exists() and len(rec.read_text().splitlines()) >= 20, timeout=120,
+                 what="the job process to train")
+        admin.DrainNode(admin_pb2.DrainNodeRequest(node_id="n1", reason="benchmark"))
+        assert proc.stderr is not None
+        after = 0.0
+        for line in proc.stderr:
+            if "s after STOP: exit 75" in line:
+                seen = time.monotonic()
+                after = float(line.split(" s after STOP")[0].rsplit(" ", 1)[-1])
+                break
+        code = proc.wait(timeout=120)
+        exited = time.monotonic()
+        admin.close()
+        agent.stop()
+        return after, after + (exited - seen) if after else 0.0, code
+    finally:
+        d.kill()
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = DaemonProcess(Path(tmp) / "state").start()
@@ -104,6 +146,9 @@ def main() -> None:
             agent.stop()
         finally:
             d.kill()
+        ckpt_s, exit_s, code = stop_to_exit(Path(tmp))
+        print(f"STOP received -> checkpoint written {ckpt_s:.3f} s, -> process exited {exit_s:.3f} s "
+              f"(exit code {code}; a real job process, train_script.py)")
         ours, dd = ckpt_vs_dd(Path(tmp))
         print(f"checkpoint write: {ours:.0f} MB/s (temp+fsync+rename+fsync dir) vs dd conv=fsync {dd:.0f} MB/s")
 

@@ -4,11 +4,13 @@
 
 import os
 
-# DataLoader workers fork while the lease thread's gRPC channel is live; without gRPC's fork
-# handlers a child can abort in gRPC's poller ("Check failed: next_worker->state == KICKED").
-# Read when gRPC initialises, so it is set before this package first imports grpc.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "true")
-os.environ.setdefault("GRPC_POLL_STRATEGY", "poll")
+from synergy.agent.contract import GRPC_FORK_ENV
+
+# gRPC's fork support (see GRPC_FORK_ENV). synergy-agent puts it in every job's environment;
+# this covers a job started another way, as long as it imports this package before grpc.
+for _name, _value in GRPC_FORK_ENV:
+    os.environ.setdefault(_name, _value)
+del _name, _value
 
 from synergy.iterator.checkpoint import CheckpointError
 from synergy.iterator.position import ElasticSampler, Position

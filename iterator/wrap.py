@@ -35,6 +35,7 @@ from synergy.iterator.checkpoint import CheckpointError
 from synergy.iterator.dali import KEY as DALI_KEY
 from synergy.iterator.dali import DaliState
 from synergy.iterator.lease import LeaseKeeper
+from synergy.iterator.outcome import exception_line, exit_failure
 from synergy.iterator.position import ElasticSampler, IndexCursor, Position, rng_states, set_rng_states
 from synergy.profiler import live as live_profiler
 
@@ -105,10 +106,20 @@ class SynergyIterator:
         def hook(tp: type[BaseException], value: BaseException, tb: Any) -> None:
             self._failed = True
             if self.lease is not None and env.rank == 0:
-                self.lease.report_completion(False, self.lease.step, f"{tp.__name__}: {value}")
+                self.lease.report_completion(False, self.lease.step, exception_line(tp, value))
             prev_hook(tp, value, tb)
 
         sys.excepthook = hook
+        # An atexit hook cannot see the exit status: remember what the script passes to
+        # sys.exit (also argparse's), so `sys.exit(2)` is reported FAILED, not SUCCEEDED.
+        self._exit_code: object = None
+        prev_exit = sys.exit
+
+        def exit_hook(code: object = None) -> None:
+            self._exit_code = code
+            prev_exit(code)
+
+        sys.exit = exit_hook  # type: ignore[assignment]
 
     # -- setup -------------------------------------------------------------------------------------
     @staticmethod
@@ -345,5 +356,6 @@ class SynergyIterator:
         if lease is None or self.env is None or lease._closed.is_set():
             return
         if not self._failed and self.env.rank == 0:
-            lease.report_completion(True, lease.step)
+            failure = exit_failure(self._exit_code)
+            lease.report_completion(not failure, lease.step, failure)
         lease.close()

@@ -213,7 +213,7 @@ class JobBook:
         job = job.to(JobState.QUEUED, "back in the queue", now)
         self.ctx.live.jobs.pop(job.id, None)
         event(self.ctx.log, "job.preempted", job=job.id, reason=reason)
-        if nxt and all(self._placeable(p.server_id) for p in nxt):
+        if nxt and all(self.placeable(p.server_id) for p in nxt):
             return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation")
         return replace(job, next_placements=())
 
@@ -267,7 +267,8 @@ class JobBook:
             JobState.FAILED, f"rank {rank} on node {node_id} {how}{detail}", now, exit_code=code
         )
 
-    def _placeable(self, node_id: str) -> bool:
+    def placeable(self, node_id: str) -> bool:
+        """Whether new work may go to the node now (a round's plan may predate a drain or a loss)."""
         node = self.ctx.store.node(node_id)
         live = self.ctx.live.nodes.get(node_id)
         return node is not None and node.admin_state != AdminState.DRAINING and live is not None and not live.lost

@@ -185,6 +185,10 @@ class RoundLoop:
                 if reason != job.waiting_reason:
                     event(self.ctx.log, "job.waiting", job=job.id, round=r, reason=reason)
                 return _waiting(job, reason)
+            gone = sorted({p.server_id for p in new_place if not self.jobs.placeable(p.server_id)})
+            if gone:  # lost or draining since the plan's snapshot: placing there would strand the job
+                return _waiting(job, f"node {', '.join(gone)} became unavailable after round {r} was decided; "
+                                     "considered next round")
             return self.jobs.launch(job, new_place, r, f"round {r}: placed on {fmt_placements(new_place)}")
         if job.state != JobState.RUNNING:
             return None

@@ -10,7 +10,10 @@ import sys
 import uuid
 from pathlib import Path
 
+from synergy.agent.contract import GRPC_FORK_ENV
 from synergyd_harness import DaemonProcess, wait_for
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 class AgentProcess:
@@ -42,8 +45,12 @@ class AgentProcess:
         ]
 
     def start(self) -> AgentProcess:
+        # As on a real node: not the gRPC settings a test process may have picked up by
+        # importing synergy.iterator (the agent hands them to jobs itself).
+        fork_env = {name for name, _ in GRPC_FORK_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in fork_env}
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log)
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log, env=env)
         admin = self.daemon.admin()
         try:
             wait_for(lambda: self._listed(admin), timeout=30, what=f"agent {self.node_id} to register")
@@ -78,6 +85,47 @@ class AgentProcess:
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(timeout=30)
+
+    def _cgroup_dirs(self) -> list[Path]:
+        """The agent's cgroup parent in every v1 hierarchy (or the v2 root), deepest first."""
+        tops = [d / self.cgroup_parent for d in CGROUP_ROOT.iterdir() if (d / self.cgroup_parent).is_dir()]
+        if (CGROUP_ROOT / self.cgroup_parent).is_dir():
+            tops.append(CGROUP_ROOT / self.cgroup_parent)
+        dirs = [p for top in tops for p in top.rglob("*") if p.is_dir()] + tops
+        return sorted(dirs, key=lambda p: len(p.parts), reverse=True)
+
+    def _cgroup_pids(self) -> set[int]:
+        pids: set[int] = set()
+        for d in self._cgroup_dirs():
+            try:
+                pids.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+            except OSError:
+                pass
+        return pids
+
+    def lose_machine(self) -> None:
+        """What a machine that dies takes with it: kill -9 of the agent and of every process in
+        its cgroups (each task's shim, the job, its DataLoader workers)."""
+        self.kill9()
+
+        def killed() -> bool:
+            pids = self._cgroup_pids()
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return not pids
+
+        wait_for(killed, timeout=30, what=f"the processes of {self.node_id} to die")
+
+    def remove_cgroups(self) -> None:
+        """rmdir what a killed agent left in the cgroup hierarchies (a live agent removes its own)."""
+        for d in self._cgroup_dirs():
+            try:
+                d.rmdir()
+            except OSError:
+                pass
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

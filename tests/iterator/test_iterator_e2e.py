@@ -6,46 +6,23 @@ checkpoints, exits 75, is relaunched on the other node and resumes at the next u
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from agent_harness import AgentProcess, is_root_with_v1
-from synergyd_harness import DaemonProcess, wait_for
+from agent_harness import is_root_with_v1
+from job_cluster import Cluster, records, train_command
+from synergyd_harness import wait_for
 from synergy.v1 import admin_pb2
 
 pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cgroup v1 (CI runs as root)")
 
-SCRIPT = str(Path(__file__).parent / "train_script.py")
 
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[DaemonProcess, list[AgentProcess]]]:
-    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "120").start()
-    agents = [AgentProcess(d, tmp_path / f"work-{n}", n, "--cpus", c, "--memory", "2G").start()
-              for n, c in (("n1", "0"), ("n2", "1"))]
-    yield d, agents
-    for a in agents:
-        a.stop()
-    d.kill()
-
-
-def records(path: Path) -> list[tuple[int, int, float, list[int]]]:
-    out = []
-    for line in path.read_text().splitlines():
-        step, _rank, epoch, loss, ids = line.split()
-        out.append((int(step), int(epoch), float(loss), [int(i) for i in ids.split(",")]))
-    return out
-
-
-def test_drained_job_checkpoints_moves_and_resumes_exactly(cluster, tmp_path: Path) -> None:
-    d, _ = cluster
-    admin = d.admin()
+def test_drained_job_checkpoints_moves_and_resumes_exactly(cluster: Cluster, tmp_path: Path) -> None:
+    admin = cluster.daemon.admin()
     rec = tmp_path / "batches.txt"
-    job = admin.submit("iter", gpus=1, command=(sys.executable, "-u", SCRIPT, "--record", str(rec),
-                                                "--samples", "96", "--epochs", "2", "--step-s", "0.03"),
+    job = admin.submit("iter", gpus=1, command=train_command(rec, "--samples", "96", "--epochs", "2",
+                                                             "--step-s", "0.03"),
                        working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt")).id
     wait_for(lambda: rec.exists() and len(rec.read_text().splitlines()) >= 5, timeout=60, what="training to start")
     first = admin.describe(job).placements[0].node_id
@@ -56,22 +33,20 @@ def test_drained_job_checkpoints_moves_and_resumes_exactly(cluster, tmp_path: Pa
     info = admin.describe(job)
     admin.close()
     rows = records(rec)
-    steps = [r[0] for r in rows]
+    steps = [r.step for r in rows]
     assert steps == list(range(1, len(steps) + 1))  # monotonic, no step run twice
     for epoch in range(2):
-        ids = sorted(i for _, e, _, b in rows if e == epoch for i in b)
+        ids = sorted(i for r in rows if r.epoch == epoch for i in r.ids)
         assert ids == list(range(96)), f"epoch {epoch}: a batch repeated or skipped"
     assert info.attempt >= 2 and (tmp_path / "ckpt").exists()
     assert any(p.name.startswith("step-") for p in (tmp_path / "ckpt").iterdir())
 
 
-def test_two_rank_gloo_job_stops_at_the_same_step_and_resumes_together(cluster, tmp_path: Path) -> None:
-    d, _ = cluster
-    admin = d.admin()
+def test_two_rank_gloo_job_stops_at_the_same_step_and_resumes_together(cluster: Cluster, tmp_path: Path) -> None:
+    admin = cluster.daemon.admin()
     rec = tmp_path / "batches.txt"
-    job = admin.submit("iter2", gpus=2, command=(
-        sys.executable, "-u", SCRIPT, "--record", str(rec), "--samples", "960", "--epochs", "1",
-        "--step-s", "0.03", "--elastic", "--gloo"), working_dir=str(tmp_path),
+    job = admin.submit("iter2", gpus=2, command=train_command(
+        rec, "--samples", "960", "--epochs", "1", "--step-s", "0.03", "--elastic", "--gloo"), working_dir=str(tmp_path),
         checkpoint_dir=str(tmp_path / "ckpt")).id
     wait_for(lambda: rec.exists() and len(rec.read_text().splitlines()) >= 6, timeout=60, what="training to start")
     for p in admin.describe(job).placements:
@@ -86,5 +61,5 @@ def test_two_rank_gloo_job_stops_at_the_same_step_and_resumes_together(cluster, 
     assert admin.describe(job).attempt >= 2
     admin.close()
     rows = records(rec)
-    ids = sorted(i for r in rows for i in r[3])
+    ids = sorted(i for r in rows for i in r.ids)
     assert ids == list(range(960))  # both ranks together: each sample once over stop and resume
