@@ -166,10 +166,10 @@ def test_grpc_imported_before_the_iterator_still_gets_fork_support(cluster: Clus
     admin = cluster.daemon.admin()
     rec = tmp_path / "batches.txt"
     job = admin.submit("grpcfirst", gpus=1, command=train_command(
-        rec, "--grpc-first", "--samples", "32", "--epochs", "3", "--step-s", "0"),
+        rec, "--grpc-first", "--samples", "32", "--epochs", "3", "--step-s", "0", "--workers", "2"),
         working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt")).id
-    # No DataLoader workers here: with them (--workers 2) the job hung after its first batch in
-    # 2 of 4 runs on this machine (gRPC fork support on); see "Not done yet" in docs/iterator.md.
+    # Workers fork at every epoch while the lease channel is live ("Forks and the lease
+    # channel" in docs/iterator.md); before the fork hooks this hung in 2 runs of 4.
     finished(admin, job)
     logs = "".join(a.task_log(job) for a in cluster.agents)
     assert "grpc fork support: True" in logs, logs[-2000:]
