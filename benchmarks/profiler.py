@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -166,6 +167,8 @@ def main() -> None:
     if min(args.images, args.batch_size, args.windows, args.passes) < 1:
         ap.error("--images, --batch-size, --windows and --passes must be >= 1")
     torch.set_num_threads(1)
+    # More workers than CPUs is the point here (see the module docstring), not a mistake.
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
     tmp = Path(tempfile.mkdtemp(prefix="synergy-profiler-bench-", dir=args.dir))
     try:
         run(args, tmp)
