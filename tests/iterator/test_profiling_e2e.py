@@ -6,6 +6,7 @@ path (exit 75) and is then scheduled with that profile, resuming where profiling
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -19,6 +20,7 @@ from synergyd_harness import DaemonProcess, history, wait_for
 pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cgroup v1 (CI runs as root)")
 
 SCRIPT = str(Path(__file__).parent / "train_script.py")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture
@@ -65,9 +67,14 @@ def test_a_job_with_no_profile_is_profiled_live_and_then_scheduled_with_it(clust
     ids = sorted(int(i) for line in (tmp_path / "batches.txt").read_text().splitlines()
                  for i in line.split()[4].split(","))
     assert ids == list(range(1200))
-    # ... and it was then scheduled with the profile's best-case demand: the fewest measured
-    # CPUs within 1% of the best throughput (the job's log line lists the measured points).
-    done = next(line for f in (tmp_path / "work-n1").rglob("*.log") for line in f.read_text().splitlines()
+    # ... and it was then scheduled with the profile's best-case demand.
+    _assert_placed_at_the_profiled_knee(info, tmp_path / "work-n1")
+
+
+def _assert_placed_at_the_profiled_knee(info, work_dir: Path) -> None:
+    """The job was scheduled with its profile's best-case demand: the fewest measured CPUs
+    within 1% of the best throughput (the job's log line lists the measured points)."""
+    done = next(line for f in work_dir.rglob("*.log") for line in f.read_text().splitlines()
                 if "profiling done:" in line)
     points = [(int(p.split()[0]), float(p.split()[2])) for p in done.split("profiling done: ")[1].split(", ")]
     best = max(s for _, s in points)
@@ -75,6 +82,35 @@ def test_a_job_with_no_profile_is_profiled_live_and_then_scheduled_with_it(clust
     placed = [t.reason for t in info.history if t.to_state == info.history[-1].to_state or "placed on" in t.reason]
     assert any(f"placed on n1: 1 GPU, {knee} CPU" in r for r in placed), (points, placed)
 
+
+@pytest.mark.slow
+def test_the_image_example_is_profiled_live_then_scheduled_and_succeeds(cluster, tmp_path: Path) -> None:
+    """The real examples/image_classification/train.py, not a test script: tiny (128 JPEGs of
+    32 px, batch 16: 8 steps an epoch), no model named, a checkpoint dir, read through its MinIO
+    cache. Profiling takes two points of 11 iterations at most; the lease's STOP lands a few
+    dozen fast steps later, so 40 epochs (320 steps) leave training to do once it is scheduled."""
+    admin = cluster.admin()
+    job = admin.submit("image", gpus=1, command=(
+        sys.executable, "-u", str(EXAMPLES / "image_classification" / "train.py"), "--images", "128",
+        "--image-size", "32", "--batch-size", "16", "--epochs", "40", "--data-dir", str(tmp_path / "data")),
+        working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"), profiler="auto").id
+    assert admin.state(job) == "profiling"
+    wait_for(lambda: admin.describe(job).profile_source == "profiled", timeout=180,
+             what=f"the profile to be reported (job is {admin.state(job)}: {admin.describe(job).state_reason})")
+    wait_for(lambda: admin.state(job) in ("succeeded", "failed"), timeout=180,
+             what=f"the job to finish (is {admin.state(job)}: {admin.describe(job).state_reason})")
+    info = admin.describe(job)
+    admin.close()
+    logs = "\n".join(f.read_text() for f in (tmp_path / "work-n1").rglob("*.log"))
+    assert history(info)[:4] == ["submitted", "profiling", "profiling", "queued"], (history(info), logs[-3000:])
+    assert history(info)[-1] == "succeeded", (history(info), logs[-3000:])
+    assert "Traceback" not in logs, logs[-3000:]
+    # Scheduled with the profile, it resumed where profiling stopped and trained to the end.
+    resumed = [int(m) for m in re.findall(r"resuming from \S+: step (\d+),", logs)]
+    assert resumed and 0 < resumed[0] < 320, logs[-3000:]
+    assert info.history[-1].reason == "training finished at step 320", history(info)
+    assert "epoch 39 step 320 " in logs, logs[-3000:]
+    _assert_placed_at_the_profiled_knee(info, tmp_path / "work-n1")
 
 def test_profiler_none_keeps_the_stand_in(cluster, tmp_path: Path) -> None:
     admin = cluster.admin()
