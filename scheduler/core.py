@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
+from synergy.scheduler.arrays.cpu_array import ArrayDecision, CpuArray, is_cpu_server, schedule_cpu_array
 from synergy.scheduler.elastic import two_phase
 from synergy.scheduler.elastic.scaling import base_gpus
 from synergy.scheduler.mechanisms.base import Mechanism
-from synergy.scheduler.mechanisms.cpu_only import place_cpu_only
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous
@@ -32,11 +32,14 @@ class Scheduler:
     #: After the mechanism: rename interchangeable servers so the fewest running jobs move
     #: (Tesserae §4.1, placement/migration.py); None places exactly as the mechanism did.
     relabel: Relabeller | None = relabel_to_previous
+    #: CODA's CPU array: where CPU-only jobs run and how much they borrow (arrays/cpu_array.py).
+    cpu_array: CpuArray = CpuArray()
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
-        # Seams: other pools (Lyra loans, CODA CPU arrays) get their own passes here; this
-        # release schedules training jobs (fixed-size, and elastic ones sized by Lyra's two
-        # phases) on GPU servers, then CPU-only jobs on what those allocations leave free.
+        # Seams: other pools (Lyra loans) get their own passes here; this release schedules
+        # training jobs (fixed-size, and elastic ones sized by Lyra's two phases) on GPU
+        # servers, then CODA's CPU array: CPU-only jobs on CPU servers and on what training
+        # leaves (or holds above its proportional share) on GPU servers.
         verdicts = {s.id: run_filters(self.filters, s, inp) for s in inp.cluster.servers}
         jobs = [j for j in inp.jobs if j.kind in GPU_KINDS]
         kept = _kept_in_place(jobs, inp.previous, verdicts)
@@ -47,26 +50,31 @@ class Scheduler:
             out = two_phase.allocate(self.mechanism, ordered, replace(inp, cluster=cluster, jobs=ordered))
             if self.relabel is not None and inp.previous:
                 out = replace(out, allocations=self.relabel(out.allocations, inp.previous, cluster))
-        allocations = {**out.allocations, **kept}
-        cpu_allocs, cpu_waiting = _cpu_only_pass(inp, verdicts, allocations)
+        array = _cpu_array_pass(self.cpu_array, inp, verdicts, out.allocations, kept, cluster)
+        allocations = {**array.training, **kept}
+        cpu_allocs, cpu_waiting = array.allocations, array.waiting
         waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)
         return RoundOutput({**allocations, **cpu_allocs}, waiting, out.reverted)
 
 
-def _cpu_only_pass(
-    inp: RoundInput, verdicts: Mapping[str, Verdict], training: Mapping[int, Allocation]
-) -> tuple[dict[int, Allocation], dict[int, str]]:
-    """CPU-only jobs, in arrival order, on what `training` leaves free (never changing it).
+def _cpu_array_pass(
+    config: CpuArray, inp: RoundInput, verdicts: Mapping[str, Verdict], training: Mapping[int, Allocation],
+    kept: Mapping[int, Allocation], cluster: Cluster,
+) -> ArrayDecision:
+    """CODA's CPU array after training has decided (arrays/cpu_array.py).
 
-    Arrival order rather than the policy's: the policies rank by GPU-time quantities
-    (attained GPU-seconds, per-GPU shares) that a zero-GPU job does not have.
+    Users' DRF rather than the policy's order: the policies rank by GPU-time quantities
+    (attained GPU-seconds, per-GPU shares) that a zero-GPU job does not have. Only the
+    mechanism's allocations may be trimmed; jobs kept on held servers are left as they are.
     """
-    jobs = sorted((j for j in inp.jobs if j.kind == JobKind.CPU_ONLY), key=lambda j: (j.arrival_s, j.id))
+    jobs = [j for j in inp.jobs if j.kind == JobKind.CPU_ONLY]
     if not jobs:
-        return {}, {}
+        return ArrayDecision(dict(training))
     open_ids = [s for s, v in verdicts.items() if v.admit == Admit.ANY]
     held_ids = [s for s, v in verdicts.items() if v.admit == Admit.HELD]
-    return place_cpu_only(jobs, inp.cluster, training, inp.previous, open_ids, held_ids)
+    training_jobs = {j.id: j for j in inp.jobs if j.id in training}
+    return schedule_cpu_array(config, jobs, inp.cluster, cluster, training, training_jobs, kept, inp.previous,
+                              open_ids, held_ids)
 
 
 def _kept_in_place(
@@ -93,7 +101,7 @@ def _open_cluster(cluster: Cluster, verdicts: Mapping[str, Verdict], kept: Mappi
             held[p.server_id] = held.get(p.server_id, Resources()) + p.resources
     servers = []
     for s in cluster.servers:
-        if verdicts[s.id].admit != Admit.ANY or s.capacity.gpus <= 0:  # 0-GPU: CPU-only jobs' alone
+        if verdicts[s.id].admit != Admit.ANY or is_cpu_server(s):  # the CPU array's alone
             continue
         if s.id in held:
             left = s.capacity - held[s.id]

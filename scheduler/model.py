@@ -26,6 +26,9 @@ class Resources:
     gpus: float = 0.0
     cpus: float = 0.0
     mem_gb: float = 0.0
+    #: Who submitted it, for DRF between users inside the CPU array (arrays/drf.py); ""
+    #: makes the job its own user.
+    user: str = ""
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(self.gpus + other.gpus, self.cpus + other.cpus, self.mem_gb + other.mem_gb)
@@ -51,8 +54,9 @@ class Resources:
 class ServerPool(str, enum.Enum):
     """Which array a server belongs to.
 
-    Seam for Lyra (servers loaned from an inference pool and reclaimed) and CODA (a
-    CPU-only array). The mechanisms of this release schedule the TRAINING pool only.
+    Seam for Lyra (servers loaned from an inference pool and reclaimed). CPU_ONLY servers
+    form CODA's CPU array with every GPU-less server: CPU-only jobs alone run there
+    (arrays/cpu_array.py); the training mechanisms schedule the TRAINING pool.
     """
 
     TRAINING = "training"
@@ -132,7 +136,8 @@ class JobKind(str, enum.Enum):
     """Seam for job kinds beyond fixed-size data-parallel training.
 
     ELASTIC (Lyra: a min/max GPU range) jobs are sized each round by `elastic/two_phase.py`.
-    CPU_ONLY (CODA) jobs take no GPU: `mechanisms/cpu_only.py` places them on the CPUs and memory that the round's training allocations leave free.
+    CPU_ONLY (CODA) jobs take no GPU: `arrays/cpu_array.py` places them in the CPU array
+    (CPU servers, and CPUs borrowed from GPU servers within a limit).
     """
 
     TRAINING = "training"
@@ -167,6 +172,9 @@ class Job:
     #: their profile decides).
     cpus: float = 0.0
     mem_gb: float = 0.0
+    #: Who submitted it, for DRF between users inside the CPU array (arrays/drf.py); ""
+    #: makes the job its own user.
+    user: str = ""
 
     @property
     def remaining_iterations(self) -> float:

@@ -51,12 +51,13 @@ class Filter(Protocol):
 
 @dataclass(frozen=True)
 class TrainingPool:
-    """This release's mechanisms schedule the training pool only (Lyra / CODA seams)."""
+    """This release schedules the training pool, and CODA's CPU array (the CPU_ONLY pool,
+    which the core gives to CPU-only jobs alone); other pools are Lyra's seam."""
 
     name: str = "training_pool"
 
     def check(self, server: Server, inp: RoundInput) -> Verdict:
-        if server.pool == ServerPool.TRAINING:
+        if server.pool in (ServerPool.TRAINING, ServerPool.CPU_ONLY):
             return OPEN
         return Verdict(Admit.NONE, f"node {server.id} is in the {server.pool.value} pool")
 

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.registry import MECHANISMS, POLICIES
+from synergy.scheduler.simulator.cpu_jobs import CpuJobParams
 from synergy.scheduler.simulator.engine import DEFAULT_ROUND_S
 from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.simulator.experiment import (
@@ -144,6 +145,24 @@ def _add_workload_flags(p: argparse.ArgumentParser, sweep: bool) -> None:
                        help="write the workload (generated or replayed) to this CSV trace")
 
 
+def _add_cpu_array_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("CPU-only jobs (CODA's CPU array; docs/simulator.md)")
+    g.add_argument("--cpu-jobs-per-h", type=float, default=None, metavar="RATE",
+                   help="generate CPU-only jobs arriving at RATE per hour while GPU jobs arrive")
+    g.add_argument("--cpu-job-cpus", type=float, default=4.0, help="CPUs each generated CPU-only job asks for (default 4)")
+    g.add_argument("--cpu-job-mem-gb", type=float, default=16.0, help="GB each asks for (default 16)")
+    g.add_argument("--cpu-job-duration-h", type=float, default=0.5,
+                   help="mean running time in hours, exponential (default 0.5)")
+    g.add_argument("--cpu-trace", default=None, metavar="FILE",
+                   help="CPU-only jobs from a CSV: job_id,user,arrival_s,cpus,mem_gb,duration_s (ids >= 1000000)")
+    g.add_argument("--cpu-servers", type=int, default=0,
+                   help="servers without GPUs (the GPU servers' CPUs and memory) in the CPU array (default 0)")
+    g.add_argument("--borrow-fraction", type=float, default=1.0,
+                   help="fraction of each GPU server's CPUs CPU-only jobs may hold (default 1.0)")
+    g.add_argument("--no-trim-training", dest="trim_training", action="store_false",
+                   help="CPU-only jobs take idle CPUs only, never a training job's share above proportional")
+
+
 def _run_parser() -> _Parser:
     p = _new_parser(PROG, "Simulate one scheduling policy and mechanism over a workload. "
                           f"Subcommands: '{PROG} compare --help', '{PROG} sweep --help'.")
@@ -157,6 +176,7 @@ def _run_parser() -> _Parser:
                         "wall_s, ...")
     o.add_argument("--utilisation-csv", default=None, metavar="FILE",
                    help="write allocated GPU/CPU/memory and used CPU/memory fractions over time to this CSV")
+    _add_cpu_array_flags(p)
     return p
 
 
@@ -225,7 +245,18 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         migration_matching=args.migration_matching,
         migration_cost_s=args.migration_cost_s,
         gpu_mix=None if args.gpu_mix is None else parse_gpu_mix(args.gpu_mix),
+        **_cpu_array_spec(args),
     )
+
+
+def _cpu_array_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The CPU-array fields of a RunSpec (only `synergy-sim run` has the flags)."""
+    if not hasattr(args, "cpu_servers"):
+        return {}
+    rate = args.cpu_jobs_per_h
+    jobs = None if rate is None else CpuJobParams(rate, args.cpu_job_cpus, args.cpu_job_mem_gb, args.cpu_job_duration_h)
+    return {"cpu_jobs": jobs, "cpu_trace": args.cpu_trace, "cpu_servers": args.cpu_servers,
+            "borrow_fraction": args.borrow_fraction, "trim_training": args.trim_training}
 
 
 def parse_list(text: str, flag: str, kind: type) -> list[Any]:
@@ -269,6 +300,12 @@ def run_main(argv: Sequence[str]) -> int:
         print(json.dumps(report.metrics))
     else:
         print_run(prep, report)
+        m = report.metrics
+        if prep.cpu_trace:
+            jct = "-" if m["cpu_avg_jct_h"] is None else f"{m['cpu_avg_jct_h']:.3f} h"
+            slow = "-" if m["gpu_jct_slowdown"] is None else f"{m['gpu_jct_slowdown']:.3f}"
+            print(f"CPU-only jobs: {m['cpu_jobs_completed']}/{m['cpu_jobs']} completed, avg JCT {jct}; "
+                  f"GPU jobs' avg JCT vs a run without them: x{slow}")
     return 0
 
 

@@ -143,7 +143,8 @@ class Simulation:
         # Plug-ins opt in to memoisation by declaring it (see the module docstring). Elastic
         # jobs opt out: their sizes depend on remaining time and on `previous`.
         self.order_only = bool(getattr(scheduler.mechanism, "order_only", False)) and not any(
-            j.kind == JobKind.ELASTIC for j in jobs)
+            j.kind in (JobKind.ELASTIC, JobKind.CPU_ONLY) for j in jobs)
+        # CPU-only jobs opt out too: the CPU array keeps running ones in place (`previous`).
         self.static_order = bool(getattr(scheduler.policy, "static_order", False))
         #: Neither plug-in reads done_iterations/attained_gpu_s, so with memoisation on they
         #: are not written into the Jobs before each call (they are at every completion).
@@ -294,7 +295,7 @@ class Simulation:
             if alloc != r.alloc:  # an unchanged allocation keeps its rate and progress line
                 r.alloc = alloc
                 r.held = _usage(r.job, alloc)
-                rate = iterations_per_s(r.job, speed(r.job, alloc))
+                rate = _rate(r.job, alloc)
                 if rate != r.rate:
                     r.rebase(t)
                     r.rate = rate
@@ -328,6 +329,14 @@ class Simulation:
         r.k_done = self._boundary(r.finish)
 
 
+def _rate(job: Job, alloc: Allocation) -> float:
+    """Iterations per second; a CPU-only job's iterations are seconds at what it asked for
+    (the CPU array gives it exactly that or nothing: simulator/cpu_jobs.py)."""
+    if job.kind == JobKind.CPU_ONLY:
+        return 1.0
+    return iterations_per_s(job, speed(job, alloc))
+
+
 def _usage(job: Job, alloc: Allocation) -> Usage:
     """What `alloc` holds, and how much of its CPU and memory the job can consume.
 
@@ -340,5 +349,7 @@ def _usage(job: Job, alloc: Allocation) -> Usage:
         g += p.gpus
         c += p.cpus
         m += p.mem_gb
+    if job.kind == JobKind.CPU_ONLY:  # it uses all it asked for
+        return g, c, m, c, m
     c_sat, m_sat = job.profile.best_case()
     return g, c, m, min(c, c_sat * g), min(m, m_sat * g)

@@ -14,8 +14,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from synergy.scheduler.arrays.cpu_array import CpuArray
 from synergy.scheduler.core import Scheduler
-from synergy.scheduler.model import Cluster
+from synergy.scheduler.model import Cluster, Resources, Server, ServerPool
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
 from synergy.scheduler.registry import MECHANISMS, POLICIES, build_scheduler
 from synergy.scheduler.simulator.engine import (
@@ -25,6 +26,9 @@ from synergy.scheduler.simulator.engine import (
     SimResult,
     Simulation,
 )
+from synergy.scheduler.simulator.cpu_jobs import (CpuJobParams, CpuTraceJob, cpu_job_metrics, generate_cpu_jobs,
+                                                   read_cpu_trace)
+from synergy.scheduler.simulator.cpu_jobs import to_jobs as cpu_to_jobs
 from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.simulator.metrics import summarise
 from synergy.scheduler.simulator.trace import read_trace
@@ -79,6 +83,18 @@ class RunSpec:
     migration_cost_s: float = 0.0
     #: Multi-GPU demand mix, (GPUs, weight) pairs; None = GPU_DEMAND_WEIGHTS.
     gpu_mix: tuple[tuple[int, float], ...] | None = None
+    # CODA's CPU array (simulator/cpu_jobs.py, arrays/cpu_array.py): CPU-only jobs, generated
+    # (cpu_jobs.rate_per_h > 0) or from cpu_trace, on cpu_servers servers without GPUs (the
+    # GPU servers' CPUs and memory) plus what they may borrow from GPU servers.
+    cpu_jobs: CpuJobParams | None = None
+    cpu_trace: str | None = None
+    cpu_servers: int = 0
+    borrow_fraction: float = 1.0
+    trim_training: bool = True
+
+    @property
+    def has_cpu_jobs(self) -> bool:
+        return self.cpu_jobs is not None or self.cpu_trace is not None
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,8 @@ class Prepared:
     profile_set: ProfileSet
     workload: Workload
     measured: frozenset[int]
+    #: CPU-only jobs (none unless the spec asks for them); never measured for GPU metrics.
+    cpu_trace: tuple[CpuTraceJob, ...] = ()
 
 
 @dataclass
@@ -135,13 +153,24 @@ def _check_spec(spec: RunSpec) -> None:
             raise SimInputError(f"{flag} must be a positive number, got {value}")
     if not (0 <= spec.migration_cost_s < spec.round_s):
         raise SimInputError(f"--migration-cost-s must be >= 0 and below --round-s, got {spec.migration_cost_s}")
+    if spec.cpu_servers < 0:
+        raise SimInputError(f"--cpu-servers must be >= 0, got {spec.cpu_servers}")
+    if not 0 <= spec.borrow_fraction <= 1:
+        raise SimInputError(f"--borrow-fraction must be within [0, 1], got {spec.borrow_fraction}")
+    if spec.cpu_jobs is not None and spec.cpu_trace is not None:
+        raise SimInputError("--cpu-trace replays recorded CPU-only jobs; drop --cpu-jobs-per-h")
+    if spec.cpu_jobs is not None:
+        spec.cpu_jobs.check()
     if not (spec.opt_placement_limit >= 0 and math.isfinite(spec.opt_placement_limit)):
         raise SimInputError(f"--opt-placement-limit must be a number of seconds >= 0, got {spec.opt_placement_limit}")
     check_names(spec.policy, [spec.mechanism])
 
 
 def build_cluster(spec: RunSpec) -> Cluster:
-    return Cluster.homogeneous(spec.servers, spec.gpus_per_server, spec.cpus_per_server, spec.mem_per_server)
+    gpu = Cluster.homogeneous(spec.servers, spec.gpus_per_server, spec.cpus_per_server, spec.mem_per_server)
+    cpu = tuple(Server(f"c{i}", Resources(0, spec.cpus_per_server, spec.mem_per_server), pool=ServerPool.CPU_ONLY)
+                for i in range(spec.cpu_servers))
+    return Cluster(gpu.servers + cpu) if cpu else gpu
 
 
 def build(spec: RunSpec) -> Scheduler:
@@ -154,7 +183,7 @@ def build(spec: RunSpec) -> Scheduler:
     if spec.mechanism == "opt":
         mechanism = replace(scheduler.mechanism, placement_limit=spec.opt_placement_limit)  # type: ignore[type-var]
         scheduler = replace(scheduler, mechanism=mechanism)
-    return scheduler
+    return replace(scheduler, cpu_array=CpuArray(spec.borrow_fraction, spec.trim_training))
 
 
 def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
@@ -182,7 +211,13 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
         measured = frozenset(ids)
     else:
         measured = default_measure_window(ids)
-    return Prepared(spec, cluster, ps, workload, measured)
+    cpu: tuple[CpuTraceJob, ...] = ()
+    if spec.cpu_trace is not None:
+        cpu = read_cpu_trace(spec.cpu_trace)
+    elif spec.cpu_jobs is not None:
+        until = max((j.arrival_s for j in workload.jobs), default=0.0) or spec.cpu_jobs.duration_h * 3600.0
+        cpu = generate_cpu_jobs(spec.cpu_jobs, until, np.random.default_rng([spec.seed, 1]))
+    return Prepared(spec, cluster, ps, workload, measured, cpu)
 
 
 def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
@@ -193,7 +228,9 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
     scheduler = build(spec)
     config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s)
     t0 = clock()
-    result = Simulation(scheduler, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles), config).run()
+    jobs = prep.workload.to_jobs(prep.profile_set.profiles)
+    placeholder = next(iter(prep.profile_set.profiles.values()))
+    result = Simulation(scheduler, prep.cluster, jobs + cpu_to_jobs(prep.cpu_trace, placeholder), config).run()
     wall = clock() - t0
     metrics: dict[str, Any] = {
         "policy": spec.policy,
@@ -207,5 +244,13 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
         "migration_cost_s": spec.migration_cost_s,
     }
     metrics.update(summarise(result, prep.measured))
-    metrics["wall_s"] = wall
+    if prep.cpu_trace:
+        # The GPU jobs' cost of sharing: the same run without the CPU-only jobs.
+        alone = Simulation(scheduler, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles), config).run()
+        base = summarise(alone, prep.measured)
+        metrics.update(cpu_job_metrics(result, prep.cpu_trace))
+        metrics["gpu_avg_jct_h_without_cpu_jobs"] = base["avg_jct_h"]
+        metrics["gpu_jct_slowdown"] = (metrics["avg_jct_h"] / base["avg_jct_h"]
+                                       if metrics["avg_jct_h"] and base["avg_jct_h"] else None)
+    metrics["wall_s"] = clock() - t0
     return RunReport(metrics, result, prep.measured)
