@@ -167,6 +167,9 @@ class Job:
     #: their profile decides).
     cpus: float = 0.0
     mem_gb: float = 0.0
+    #: May it run on servers loaned from the inference cluster (Lyra §4: reclaiming them
+    #: preempts it)? None = the default rule of `loaning/eligibility.py` (elastic or short).
+    loanable: bool | None = None
 
     @property
     def remaining_iterations(self) -> float:

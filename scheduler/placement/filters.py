@@ -51,12 +51,16 @@ class Filter(Protocol):
 
 @dataclass(frozen=True)
 class TrainingPool:
-    """This release's mechanisms schedule the training pool only (Lyra / CODA seams)."""
+    """Training jobs run on the training pool and on servers loaned from inference.
+
+    A LOANED server is admitted here; the core gives it to loanable jobs only
+    (`loaning/passes.py`), since which jobs may go there is a property of the job.
+    """
 
     name: str = "training_pool"
 
     def check(self, server: Server, inp: RoundInput) -> Verdict:
-        if server.pool == ServerPool.TRAINING:
+        if server.pool in (ServerPool.TRAINING, ServerPool.LOANED):
             return OPEN
         return Verdict(Admit.NONE, f"node {server.id} is in the {server.pool.value} pool")
 
