@@ -27,6 +27,7 @@ from synergy.scheduler.simulator.engine import (
 )
 from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.simulator.metrics import summarise
+from synergy.scheduler.simulator.inference import DEFAULT_CHECKPOINT_S, InferencePool, build_pool
 from synergy.scheduler.simulator.trace import read_trace
 from synergy.scheduler.simulator.workload import (
     DEFAULT_SPLIT,
@@ -34,6 +35,7 @@ from synergy.scheduler.simulator.workload import (
     WorkloadParams,
     default_measure_window,
     generate,
+    make_elastic,
 )
 
 DEFAULT_JOBS = 6000
@@ -79,6 +81,14 @@ class RunSpec:
     migration_cost_s: float = 0.0
     #: Multi-GPU demand mix, (GPUs, weight) pairs; None = GPU_DEMAND_WEIGHTS.
     gpu_mix: tuple[tuple[int, float], ...] | None = None
+    #: Lyra's capacity loaning: inference servers (shaped like the training ones) whose
+    #: idle ones are loaned to training, and their demand ("diurnal" or a CSV file).
+    inference_servers: int = 0
+    inference_trace: str = "diurnal"
+    #: Seconds of running between a job's checkpoints (what a reclaim costs it).
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S
+    #: Fraction of jobs made elastic (Lyra §5; workload.make_elastic).
+    elastic_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,7 @@ class Prepared:
     profile_set: ProfileSet
     workload: Workload
     measured: frozenset[int]
+    inference: InferencePool | None = None
 
 
 @dataclass
@@ -137,6 +148,12 @@ def _check_spec(spec: RunSpec) -> None:
         raise SimInputError(f"--migration-cost-s must be >= 0 and below --round-s, got {spec.migration_cost_s}")
     if not (spec.opt_placement_limit >= 0 and math.isfinite(spec.opt_placement_limit)):
         raise SimInputError(f"--opt-placement-limit must be a number of seconds >= 0, got {spec.opt_placement_limit}")
+    if spec.inference_servers < 0:
+        raise SimInputError(f"--inference-servers must be >= 0, got {spec.inference_servers}")
+    if not (spec.checkpoint_s > 0 and math.isfinite(spec.checkpoint_s)):
+        raise SimInputError(f"--checkpoint-s must be a positive number, got {spec.checkpoint_s}")
+    if not 0.0 <= spec.elastic_share <= 1.0:
+        raise SimInputError(f"--elastic-share must be between 0 and 1, got {spec.elastic_share}")
     check_names(spec.policy, [spec.mechanism])
 
 
@@ -182,7 +199,11 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
         measured = frozenset(ids)
     else:
         measured = default_measure_window(ids)
-    return Prepared(spec, cluster, ps, workload, measured)
+    inference = None
+    if spec.inference_servers > 0:
+        one = cluster.servers[0].capacity
+        inference = build_pool(spec.inference_servers, spec.inference_trace, one, spec.checkpoint_s)
+    return Prepared(spec, cluster, ps, workload, measured, inference)
 
 
 def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
@@ -191,9 +212,13 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
     spec = prep.spec if mechanism is None else replace(prep.spec, mechanism=mechanism)
     check_names(spec.policy, [spec.mechanism])
     scheduler = build(spec)
-    config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s)
+    config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s,
+                          prep.inference)
+    jobs = prep.workload.to_jobs(prep.profile_set.profiles)
+    if spec.elastic_share > 0:
+        jobs = make_elastic(jobs, spec.elastic_share, spec.seed)
     t0 = clock()
-    result = Simulation(scheduler, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles), config).run()
+    result = Simulation(scheduler, prep.cluster, jobs, config).run()
     wall = clock() - t0
     metrics: dict[str, Any] = {
         "policy": spec.policy,
@@ -205,6 +230,8 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
         "opt_placement_limit": spec.opt_placement_limit if spec.mechanism == "opt" else None,
         "migration_matching": spec.migration_matching,
         "migration_cost_s": spec.migration_cost_s,
+        "inference_servers": spec.inference_servers,
+        "elastic_share": spec.elastic_share,
     }
     metrics.update(summarise(result, prep.measured))
     metrics["wall_s"] = wall
