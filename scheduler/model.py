@@ -58,6 +58,8 @@ class ServerPool(str, enum.Enum):
     TRAINING = "training"
     LOANED = "loaned"
     CPU_ONLY = "cpu_only"
+    #: Back with the inference cluster (the daemon's reclaimed nodes): no training work.
+    INFERENCE = "inference"
 
 
 class AdminState(str, enum.Enum):
