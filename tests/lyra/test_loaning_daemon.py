@@ -121,3 +121,10 @@ def test_reclaim_through_a_live_daemon_and_the_pool_survives_a_restart(start_dae
     nodes = {n.node_id: n.pool for n in admin.ListNodes(admin_pb2.ListNodesRequest()).nodes}
     assert nodes == {"t1": "training", "l1": "inference"}
     admin.close()
+
+
+def test_the_pool_outlives_an_agent_restart(logic: Logic) -> None:
+    SimNode(logic, "l1")
+    logic.nodes.loans.loan(["l1"])
+    SimNode(logic, "l1")  # the agent registers again
+    assert pools(logic) == {"l1": ServerPool.LOANED}
