@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 from synergy.scheduler.arrays.cpu_array import ArrayDecision, CpuArray, is_cpu_server, schedule_cpu_array
 from synergy.scheduler.elastic import two_phase
 from synergy.scheduler.elastic.scaling import base_gpus
+from synergy.scheduler.loaning.passes import place_on_loaned, split_loaned
 from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
@@ -47,9 +48,12 @@ class Scheduler:
         out = RoundOutput({})
         if cluster.servers:  # policies and mechanisms may assume at least one server
             ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
-            out = two_phase.allocate(self.mechanism, ordered, replace(inp, cluster=cluster, jobs=ordered))
-            if self.relabel is not None and inp.previous:
-                out = replace(out, allocations=self.relabel(out.allocations, inp.previous, cluster))
+            own, loaned = split_loaned(cluster)  # Lyra: loaned servers take loanable jobs only
+            if own.servers:
+                out = two_phase.allocate(self.mechanism, ordered, replace(inp, cluster=own, jobs=ordered))
+                if self.relabel is not None and inp.previous:
+                    out = replace(out, allocations=self.relabel(out.allocations, inp.previous, own))
+            out = place_on_loaned(self.mechanism, ordered, inp, loaned, out)
         array = _cpu_array_pass(self.cpu_array, inp, verdicts, out.allocations, kept, cluster)
         allocations = {**array.training, **kept}
         cpu_allocs, cpu_waiting = array.allocations, array.waiting

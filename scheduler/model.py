@@ -26,9 +26,6 @@ class Resources:
     gpus: float = 0.0
     cpus: float = 0.0
     mem_gb: float = 0.0
-    #: Who submitted it, for DRF between users inside the CPU array (arrays/drf.py); ""
-    #: makes the job its own user.
-    user: str = ""
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(self.gpus + other.gpus, self.cpus + other.cpus, self.mem_gb + other.mem_gb)
@@ -62,6 +59,8 @@ class ServerPool(str, enum.Enum):
     TRAINING = "training"
     LOANED = "loaned"
     CPU_ONLY = "cpu_only"
+    #: Back with the inference cluster (the daemon's reclaimed nodes): no training work.
+    INFERENCE = "inference"
 
 
 class AdminState(str, enum.Enum):
@@ -175,6 +174,9 @@ class Job:
     #: Who submitted it, for DRF between users inside the CPU array (arrays/drf.py); ""
     #: makes the job its own user.
     user: str = ""
+    #: May it run on servers loaned from the inference cluster (Lyra §4: reclaiming them
+    #: preempts it)? None = the default rule of `loaning/eligibility.py` (elastic or short).
+    loanable: bool | None = None
 
     @property
     def remaining_iterations(self) -> float:

@@ -94,7 +94,7 @@ class ProfilingEvent(PeriodicEvent):
 
 
 class NodeLivenessEvent(PeriodicEvent):
-    """Marks silent nodes lost and requeues their jobs."""
+    """Marks silent nodes lost and requeues their jobs; enforces reclaim deadlines."""
 
     name = "node-liveness"
 
@@ -104,6 +104,7 @@ class NodeLivenessEvent(PeriodicEvent):
 
     def run(self) -> None:
         self.parts.nodes.check_liveness()
+        self.parts.nodes.loans.enforce()
 
 
 class ProgressFlushEvent(PeriodicEvent):

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import AlreadyExists, FailedPrecondition, NotFound
 from synergy.scheduler.daemon.jobs import JobBook
+from synergy.scheduler.daemon.loaning import LoanBook
 from synergy.scheduler.daemon.live import NodeLive, ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.progress import TaskProgress
@@ -52,6 +53,8 @@ class NodeBook:
         self.ctx = ctx
         self.jobs = jobs
         self.reconciler = reconciler
+        #: `synergy nodes loan / reclaim` (Lyra's capacity loaning).
+        self.loans = LoanBook(ctx, jobs)
 
     # -- agent calls ----------------------------------------------------------------------------
     def register(self, incoming: NodeRecord, tasks: Sequence[ObservedTask]) -> NodeReply:
@@ -67,6 +70,8 @@ class NodeBook:
                     admin_state=old.admin_state,
                     admin_reason=old.admin_reason,
                     registered_at=old.registered_at,
+                    pool=old.pool,
+                    reclaim_deadline=old.reclaim_deadline,
                 )
             else:
                 node = replace(incoming, registered_at=now)

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from synergy.scheduler.jobspec import JobSpec
 # AdminState is the core's (model.py): what an admin set on a node, which the filters read;
 # liveness (lost or not) is tracked separately, in live.py.
-from synergy.scheduler.model import AdminState, Placement, Resources
+from synergy.scheduler.model import AdminState, Placement, Resources, ServerPool
 
 __all__ = ["AdminState", "JobRecord", "JobSpec", "JobState", "NodeRecord", "Transition"]
 
@@ -170,6 +170,10 @@ class NodeRecord:
     #: whether it enforces memory limits ("memory not enforced" in `synergy nodes`).
     cgroup_mode: str = ""
     memory_enforced: bool = False
+    #: Lyra's capacity loaning (`synergy nodes loan / reclaim`): set by the admin, persisted.
+    pool: ServerPool = ServerPool.TRAINING
+    #: When a reclaimed node's jobs must be gone (daemon clock); 0 = no reclaim under way.
+    reclaim_deadline: float = 0.0
 
     @property
     def memory_unenforced(self) -> bool:
@@ -226,6 +230,7 @@ def _placements(items: Any) -> tuple[Placement, ...]:
 def node_to_dict(node: NodeRecord) -> dict[str, Any]:
     d = asdict(node)
     d["admin_state"] = node.admin_state.value
+    d["pool"] = node.pool.value
     d["gpus"] = [dict(g) for g in node.gpus]
     return d
 
@@ -236,6 +241,7 @@ def node_from_dict(d: Mapping[str, Any]) -> NodeRecord:
         capacity=Resources(**d["capacity"]),
         reserved=Resources(**d["reserved"]),
         admin_state=AdminState(d["admin_state"]),
+        pool=ServerPool(d.get("pool", ServerPool.TRAINING.value)),
         gpus=tuple(d["gpus"]),
     )
     return NodeRecord(**fields)

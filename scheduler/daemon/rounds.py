@@ -113,7 +113,8 @@ class RoundLoop:
         in `held` (node id -> what profiling leases hold there): the rounds' input, and, with
         nothing held, what DescribeJob / ListJobs compute a job's proportional share on."""
         whole = tuple(
-            Server(node.id, node.allocatable, admin=node.admin_state, last_heartbeat_s=self.nodes.last_heard(node.id))
+            Server(node.id, node.allocatable, pool=node.pool, admin=node.admin_state,
+                   last_heartbeat_s=self.nodes.last_heard(node.id))
             for node in self.ctx.store.nodes()
         )
         if not held:

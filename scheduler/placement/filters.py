@@ -51,13 +51,17 @@ class Filter(Protocol):
 
 @dataclass(frozen=True)
 class TrainingPool:
-    """This release schedules the training pool, and CODA's CPU array (the CPU_ONLY pool,
-    which the core gives to CPU-only jobs alone); other pools are Lyra's seam."""
+    """Training jobs run on the training pool and on servers loaned from inference; CODA's CPU
+    array (the CPU_ONLY pool) is admitted too, and the core gives it to CPU-only jobs alone.
+
+    A LOANED server is admitted here; the core gives it to loanable jobs only
+    (`loaning/passes.py`), since which jobs may go there is a property of the job.
+    """
 
     name: str = "training_pool"
 
     def check(self, server: Server, inp: RoundInput) -> Verdict:
-        if server.pool in (ServerPool.TRAINING, ServerPool.CPU_ONLY):
+        if server.pool in (ServerPool.TRAINING, ServerPool.LOANED, ServerPool.CPU_ONLY):
             return OPEN
         return Verdict(Admit.NONE, f"node {server.id} is in the {server.pool.value} pool")
 

@@ -20,6 +20,7 @@ from synergy.scheduler.registry import MECHANISMS, POLICIES
 from synergy.scheduler.simulator.cpu_jobs import CpuJobParams
 from synergy.scheduler.simulator.engine import DEFAULT_ROUND_S
 from synergy.scheduler.simulator.errors import SimInputError
+from synergy.scheduler.simulator.inference import DEFAULT_CHECKPOINT_S
 from synergy.scheduler.simulator.experiment import (
     DEFAULT_JOBS,
     DEFAULT_MAX_TIME_H,
@@ -114,6 +115,23 @@ def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) ->
                         f"jobs (default {DEFAULT_MAX_TIME_H:g} h)")
 
 
+def _add_loaning_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Lyra: capacity loaning and elastic jobs")
+    g.add_argument("--inference-servers", type=int, default=0, metavar="N",
+                   help="an inference pool of N servers shaped like the training ones; each round the ones "
+                        "its demand leaves idle are loaned to loanable jobs (elastic or short) and reclaimed "
+                        "when demand rises, preempting the fewest jobs (default 0: no loaning)")
+    g.add_argument("--inference-trace", default="diurnal", metavar="FILE|diurnal",
+                   help="servers the inference load needs over time: 'diurnal' (a cosine day, 20%%-100%% of "
+                        "the pool, 5-minute steps) or a CSV with the header time_s,servers (default diurnal)")
+    g.add_argument("--checkpoint-s", type=float, default=DEFAULT_CHECKPOINT_S, metavar="SECONDS",
+                   help="running time between a job's checkpoints; a reclaimed job loses the work since its "
+                        f"last one (default {DEFAULT_CHECKPOINT_S:g})")
+    g.add_argument("--elastic-share", type=float, default=0.0, metavar="F",
+                   help="fraction of jobs made elastic: half to twice their size, sized by Lyra's two phases "
+                        "(default 0)")
+
+
 def _add_workload_flags(p: argparse.ArgumentParser, sweep: bool) -> None:
     g = p.add_argument_group("workload")
     if not sweep:
@@ -169,6 +187,7 @@ def _run_parser() -> _Parser:
     _add_cluster_flags(p)
     _add_scheduling_flags(p, single_mechanism=True)
     _add_workload_flags(p, sweep=False)
+    _add_loaning_flags(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true",
                    help="print one JSON object: avg/median/p95/p99_jct_h, makespan_h, avg_queue_delay_h, "
@@ -186,6 +205,7 @@ def _compare_parser() -> _Parser:
     _add_cluster_flags(p)
     _add_scheduling_flags(p, single_mechanism=False)
     _add_workload_flags(p, sweep=False)
+    _add_loaning_flags(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object: metrics per mechanism")
     o.add_argument("--jobs-parallel", type=int, default=default_workers(),
@@ -199,6 +219,7 @@ def _sweep_parser() -> _Parser:
     _add_cluster_flags(p)
     _add_scheduling_flags(p, single_mechanism=False)
     _add_workload_flags(p, sweep=True)
+    _add_loaning_flags(p)
     s = p.add_argument_group("sweep")
     s.add_argument("--loads", required=True, help="comma-separated loads in jobs/hour, e.g. 4,6,8,9")
     s.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
@@ -246,6 +267,10 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         migration_cost_s=args.migration_cost_s,
         gpu_mix=None if args.gpu_mix is None else parse_gpu_mix(args.gpu_mix),
         **_cpu_array_spec(args),
+        inference_servers=args.inference_servers,
+        inference_trace=args.inference_trace,
+        checkpoint_s=args.checkpoint_s,
+        elastic_share=args.elastic_share,
     )
 
 

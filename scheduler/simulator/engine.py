@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from synergy.scheduler.core import Scheduler
-from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput
+from synergy.scheduler.loaning.orchestrator import rebalance
+from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
+from synergy.scheduler.simulator.inference import InferencePool
 from synergy.scheduler.placement.migration import migrated
 from synergy.scheduler.throughput import iterations_per_s, speed
 
@@ -64,6 +66,9 @@ class EngineConfig:
     #: rounds: restart, reload, progress since its checkpoint); below `round_s`. Preemption
     #: and resumption stay free, as before.
     migration_cost_s: float = 0.0
+    #: Lyra's capacity loaning: an inference pool whose idle servers are loaned each round
+    #: and reclaimed when its demand rises (None: a fixed cluster). Turns memoisation off.
+    inference: InferencePool | None = None
 
 
 @dataclass
@@ -83,6 +88,20 @@ class JobRecord:
 
 
 @dataclass
+class LoanStats:
+    """What capacity loaning did over a run (Lyra §7.3)."""
+
+    #: Servers lent to training and taken back, counted one per server.
+    loans: int = 0
+    reclaims: int = 0
+    #: Running jobs stopped because a server they used was reclaimed.
+    preemptions: int = 0
+    #: GPU-seconds of loaned servers on loan, and of them the ones jobs held.
+    loaned_gpu_s: float = 0.0
+    loaned_busy_gpu_s: float = 0.0
+
+
+@dataclass
 class SimResult:
     records: dict[int, JobRecord]
     capacity: tuple[float, float, float]
@@ -97,12 +116,14 @@ class SimResult:
     unfinished: tuple[int, ...] = field(default_factory=tuple)
     #: Migrations over the whole run (jobs whose GPUs changed between consecutive rounds).
     migrations: int = 0
+    #: Capacity loaning's counts; None without an inference pool.
+    loaning: LoanStats | None = None
 
 
 class _Running:
     """A job holding an allocation: its progress line and what it holds."""
 
-    __slots__ = ("job", "rate", "t0", "done0", "att0", "finish", "k_done", "held", "alloc")
+    __slots__ = ("job", "rate", "t0", "done0", "att0", "finish", "k_done", "held", "alloc", "started")
 
     def __init__(self, job: Job, t0: float) -> None:
         self.job = job
@@ -114,6 +135,8 @@ class _Running:
         self.k_done = math.inf
         self.held: Usage = _NO_USAGE
         self.alloc: Allocation | None = None
+        #: When it last (re)started: its checkpoints fall every `checkpoint_s` from here.
+        self.started = t0
 
     def rebase(self, t: float) -> None:
         self.done0 += self.rate * (t - self.t0)
@@ -150,6 +173,10 @@ class Simulation:
         #: are not written into the Jobs before each call (they are at every completion).
         self.progress_blind = config.memoise and self.order_only and self.static_order
         self.migrations = 0
+        # Capacity loaning: the training servers, and the inference servers on loan now.
+        self.training = cluster
+        self.loaned: tuple[str, ...] = ()
+        self.loan_stats = LoanStats() if config.inference is not None else None
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -160,7 +187,7 @@ class Simulation:
         stop_ids = cfg.stop_after if cfg.stop_after is not None else frozenset(self.records)
         left = len(stop_ids & self.records.keys())
         k_limit = self._boundary(cfg.max_time_s)
-        memo = cfg.memoise and self.order_only
+        memo = cfg.memoise and self.order_only and cfg.inference is None
 
         active: dict[int, Job] = {}
         running: dict[int, _Running] = {}
@@ -188,6 +215,11 @@ class Simulation:
             if k >= k_limit:
                 stopped = "time_limit"
                 break
+            if cfg.inference is not None:
+                preempted = self._rebalance(t, running, previous)
+                if preempted is not None:
+                    previous = {jid: a for jid, a in previous.items() if jid not in preempted}
+                    version += 1
 
             # Decide the round, or prove that the last decision still holds.
             out: RoundOutput | None = None
@@ -226,6 +258,8 @@ class Simulation:
                 k_next = k + 1
             k_next = min(k_next, max(k + 1, k_limit))
             rounds += k_next - k
+            if self.loan_stats is not None:
+                self._account_loaned(t, k_next * R, running)
 
             # Completions before that boundary, in time order.
             done = [r for r in running.values() if r.k_done <= k_next]
@@ -252,7 +286,7 @@ class Simulation:
         if stopped == "time_limit":
             end_s = max(end_s, k * R)
         return SimResult(self.records, self.capacity, timeline, end_s, rounds, decisions, stopped, unfinished,
-                         self.migrations)
+                         self.migrations, self.loan_stats)
 
     # -- helpers -----------------------------------------------------------------------------
     def _boundary(self, t: float) -> int:
@@ -266,6 +300,55 @@ class Simulation:
         elif k * R < t:
             k += 1
         return k
+
+    def _rebalance(self, t: float, running: dict[int, _Running],
+                   previous: dict[int, Allocation]) -> frozenset[int] | None:
+        """Apply the orchestrator's decision at `t`; the jobs it preempted, None if nothing changed.
+
+        A preempted job loses the work done since its last checkpoint (one every
+        `checkpoint_s` of running since it last started) and waits for the core like any
+        other; the cluster the core sees is the training servers plus those on loan.
+        """
+        pool = self.config.inference
+        assert pool is not None and self.loan_stats is not None
+        held = {jid: a for jid, a in previous.items() if jid in running}  # completed jobs hold nothing
+        decision = rebalance(pool.servers, self.loaned, pool.demand.at(t), held)
+        if decision.loaned == self.loaned:
+            return None
+        stats = self.loan_stats
+        stats.loans += len(decision.lent)
+        preempted: frozenset[int] = frozenset()
+        if decision.reclaim is not None:
+            stats.reclaims += len(decision.reclaim.servers)
+            preempted = decision.reclaim.preempted
+            for jid in sorted(preempted):
+                r = running.pop(jid, None)
+                if r is None:
+                    continue
+                stats.preemptions += 1
+                r.rebase(t)
+                r.done0 = max(0.0, r.done0 - r.rate * ((t - r.started) % pool.checkpoint_s))
+                r.materialise(t)
+        self.loaned = decision.loaned
+        on_loan = set(decision.loaned)
+        self.cluster = Cluster(self.training.servers + tuple(s for s in pool.servers if s.id in on_loan))
+        return preempted
+
+    def _account_loaned(self, t: float, until: float, running: dict[int, _Running]) -> None:
+        """Loaned GPU-seconds over [t, until), and those jobs hold (allocations are fixed there)."""
+        stats = self.loan_stats
+        assert stats is not None
+        loaned = [s for s in self.cluster.servers if s.pool == ServerPool.LOANED]
+        if not loaned:
+            return
+        stats.loaned_gpu_s += sum(s.capacity.gpus for s in loaned) * (until - t)
+        ids = {s.id for s in loaned}
+        for r in running.values():
+            if r.alloc is None:
+                continue
+            g = sum(p.gpus for p in r.alloc.placements if p.server_id in ids)
+            if g:
+                stats.loaned_busy_gpu_s += g * max(0.0, min(r.finish, until) - t)
 
     def _call_core(self, t: float, active: dict[int, Job], running: dict[int, _Running],
                    previous: dict[int, Allocation]) -> RoundOutput:

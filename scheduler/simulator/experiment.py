@@ -16,7 +16,7 @@ import numpy as np
 
 from synergy.scheduler.arrays.cpu_array import CpuArray
 from synergy.scheduler.core import Scheduler
-from synergy.scheduler.model import Cluster, Resources, Server, ServerPool
+from synergy.scheduler.model import Cluster, Job, Resources, Server, ServerPool
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
 from synergy.scheduler.registry import MECHANISMS, POLICIES, build_scheduler
 from synergy.scheduler.simulator.engine import (
@@ -31,6 +31,7 @@ from synergy.scheduler.simulator.cpu_jobs import (CpuJobParams, CpuTraceJob, cpu
 from synergy.scheduler.simulator.cpu_jobs import to_jobs as cpu_to_jobs
 from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.simulator.metrics import summarise
+from synergy.scheduler.simulator.inference import DEFAULT_CHECKPOINT_S, InferencePool, build_pool
 from synergy.scheduler.simulator.trace import read_trace
 from synergy.scheduler.simulator.workload import (
     DEFAULT_SPLIT,
@@ -38,6 +39,7 @@ from synergy.scheduler.simulator.workload import (
     WorkloadParams,
     default_measure_window,
     generate,
+    make_elastic,
 )
 
 DEFAULT_JOBS = 6000
@@ -96,6 +98,15 @@ class RunSpec:
     def has_cpu_jobs(self) -> bool:
         return self.cpu_jobs is not None or self.cpu_trace is not None
 
+    #: Lyra's capacity loaning: inference servers (shaped like the training ones) whose
+    #: idle ones are loaned to training, and their demand ("diurnal" or a CSV file).
+    inference_servers: int = 0
+    inference_trace: str = "diurnal"
+    #: Seconds of running between a job's checkpoints (what a reclaim costs it).
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S
+    #: Fraction of jobs made elastic (Lyra §5; workload.make_elastic).
+    elastic_share: float = 0.0
+
 
 @dataclass(frozen=True)
 class ProfileSet:
@@ -113,6 +124,7 @@ class Prepared:
     measured: frozenset[int]
     #: CPU-only jobs (none unless the spec asks for them); never measured for GPU metrics.
     cpu_trace: tuple[CpuTraceJob, ...] = ()
+    inference: InferencePool | None = None
 
 
 @dataclass
@@ -163,6 +175,12 @@ def _check_spec(spec: RunSpec) -> None:
         spec.cpu_jobs.check()
     if not (spec.opt_placement_limit >= 0 and math.isfinite(spec.opt_placement_limit)):
         raise SimInputError(f"--opt-placement-limit must be a number of seconds >= 0, got {spec.opt_placement_limit}")
+    if spec.inference_servers < 0:
+        raise SimInputError(f"--inference-servers must be >= 0, got {spec.inference_servers}")
+    if not (spec.checkpoint_s > 0 and math.isfinite(spec.checkpoint_s)):
+        raise SimInputError(f"--checkpoint-s must be a positive number, got {spec.checkpoint_s}")
+    if not 0.0 <= spec.elastic_share <= 1.0:
+        raise SimInputError(f"--elastic-share must be between 0 and 1, got {spec.elastic_share}")
     check_names(spec.policy, [spec.mechanism])
 
 
@@ -217,7 +235,17 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
     elif spec.cpu_jobs is not None:
         until = max((j.arrival_s for j in workload.jobs), default=0.0) or spec.cpu_jobs.duration_h * 3600.0
         cpu = generate_cpu_jobs(spec.cpu_jobs, until, np.random.default_rng([spec.seed, 1]))
-    return Prepared(spec, cluster, ps, workload, measured, cpu)
+    inference = None
+    if spec.inference_servers > 0:
+        one = cluster.servers[0].capacity
+        inference = build_pool(spec.inference_servers, spec.inference_trace, one, spec.checkpoint_s)
+    return Prepared(spec, cluster, ps, workload, measured, cpu, inference)
+
+
+def _gpu_jobs(prep: Prepared, spec: RunSpec) -> list[Job]:
+    """Fresh training jobs for one run (a run advances its jobs in place)."""
+    jobs = prep.workload.to_jobs(prep.profile_set.profiles)
+    return make_elastic(jobs, spec.elastic_share, spec.seed) if spec.elastic_share > 0 else jobs
 
 
 def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
@@ -226,12 +254,12 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
     spec = prep.spec if mechanism is None else replace(prep.spec, mechanism=mechanism)
     check_names(spec.policy, [spec.mechanism])
     scheduler = build(spec)
-    config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s)
+    config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s,
+                          prep.inference)
     t0 = clock()
-    jobs = prep.workload.to_jobs(prep.profile_set.profiles)
     placeholder = next(iter(prep.profile_set.profiles.values()))
-    result = Simulation(scheduler, prep.cluster, jobs + cpu_to_jobs(prep.cpu_trace, placeholder), config).run()
-    wall = clock() - t0
+    result = Simulation(scheduler, prep.cluster, _gpu_jobs(prep, spec) + cpu_to_jobs(prep.cpu_trace, placeholder),
+                        config).run()
     metrics: dict[str, Any] = {
         "policy": spec.policy,
         "mechanism": spec.mechanism,
@@ -242,11 +270,13 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
         "opt_placement_limit": spec.opt_placement_limit if spec.mechanism == "opt" else None,
         "migration_matching": spec.migration_matching,
         "migration_cost_s": spec.migration_cost_s,
+        "inference_servers": spec.inference_servers,
+        "elastic_share": spec.elastic_share,
     }
     metrics.update(summarise(result, prep.measured))
     if prep.cpu_trace:
         # The GPU jobs' cost of sharing: the same run without the CPU-only jobs.
-        alone = Simulation(scheduler, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles), config).run()
+        alone = Simulation(scheduler, prep.cluster, _gpu_jobs(prep, spec), config).run()
         base = summarise(alone, prep.measured)
         metrics.update(cpu_job_metrics(result, prep.cpu_trace))
         metrics["gpu_avg_jct_h_without_cpu_jobs"] = base["avg_jct_h"]

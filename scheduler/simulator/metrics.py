@@ -56,6 +56,7 @@ def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
         "p99_jct_h": stat(lambda a: np.percentile(a, 99)),
         "makespan_h": (end - start) / HOUR if done else None,
         "avg_queue_delay_h": float(np.mean(started)) / HOUR if started else None,
+        "p95_queue_delay_h": float(np.percentile(started, 95)) / HOUR if started else None,
         "gpu_util": util[0],
         "cpu_util": util[1],
         "mem_util": util[2],
@@ -72,6 +73,20 @@ def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
         "decisions": result.decisions,
         "stopped": result.stopped,
         "sim_end_h": result.end_s / HOUR,
+        **_loaning(result),
+    }
+
+
+def _loaning(result: SimResult) -> dict[str, Any]:
+    """Lyra's loaning counts over the whole run (none without an inference pool)."""
+    stats = result.loaning
+    if stats is None:
+        return {}
+    return {
+        "loans": stats.loans,
+        "reclaims": stats.reclaims,
+        "preemptions": stats.preemptions,
+        "loaned_gpu_util": stats.loaned_busy_gpu_s / stats.loaned_gpu_s if stats.loaned_gpu_s else None,
     }
 
 

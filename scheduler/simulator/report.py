@@ -28,8 +28,10 @@ def describe(prep: Prepared) -> str:
     kind = "multi-GPU" if any(j.gpus > 1 for j in w.jobs) else "single-GPU"
     ids = sorted(prep.measured)
     total = prep.cluster.total
+    loaning = (f"; {s.inference_servers} inference servers ({s.inference_trace}) loaning"
+               if s.inference_servers else "") + (f"; {s.elastic_share:g} of jobs elastic" if s.elastic_share else "")
     return (f"{len(w.jobs)} {kind} jobs ({origin}); {int(total.gpus)} GPUs on {s.servers} servers "
-            f"({s.cpus_per_server:g} CPUs, {s.mem_per_server:g} GB each); policy {s.policy}; "
+            f"({s.cpus_per_server:g} CPUs, {s.mem_per_server:g} GB each){loaning}; policy {s.policy}; "
             f"measuring {len(ids)} jobs (ids {ids[0]}..{ids[-1]})")
 
 
@@ -52,8 +54,13 @@ def print_run(prep: Prepared, report: RunReport, console: Console | None = None)
         t.add_row(f"{title} (h)", fmt_h(m[key]))
     t.add_row("makespan (h)", fmt_h(m["makespan_h"]))
     t.add_row("avg queueing delay (h)", fmt_h(m["avg_queue_delay_h"]))
+    t.add_row("p95 queueing delay (h)", fmt_h(m["p95_queue_delay_h"]))
     for key, title in UTILISATION:
         t.add_row(title, fmt_frac(m[key]))
+    if "loans" in m:
+        t.add_row("servers loaned / reclaimed", f"{m['loans']} / {m['reclaims']}")
+        t.add_row("jobs preempted by reclaims", str(m["preemptions"]))
+        t.add_row("loaned GPUs busy", fmt_frac(m["loaned_gpu_util"]))
     t.add_row("jobs measured", str(m["jobs_measured"]))
     if m["jobs_unfinished"]:
         t.add_row("measured jobs unfinished", str(m["jobs_unfinished"]))

@@ -15,12 +15,12 @@ reducing data stalls"). Every mechanism faces the same work; only allocation dec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from synergy.scheduler.model import Cluster, Job
+from synergy.scheduler.model import Cluster, Job, JobKind
 from synergy.scheduler.profiles.format import TASKS, SensitivityProfile
 from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.throughput import iterations_per_s
@@ -204,6 +204,25 @@ def generate(
             gpus=g,
         ))
     return Workload(tuple(specs), static=params.static)
+
+
+def make_elastic(jobs: Sequence[Job], share: float, seed: int) -> list[Job]:
+    """Make about `share` of the jobs elastic (Lyra §5), the same ones for a given seed.
+
+    An elastic job keeps its work and requested size (the size its profile's rate holds
+    at) and may run anywhere from half of it (at least 1 GPU) to twice it, one GPU per worker.
+    """
+    if not 0.0 <= share <= 1.0:
+        raise SimInputError(f"--elastic-share must be between 0 and 1, got {share}")
+    ordered = sorted(jobs, key=lambda j: j.id)
+    draws = np.random.default_rng([seed, 9]).random(len(ordered))
+    out = []
+    for job, u in zip(ordered, draws):
+        if u < share:
+            job = replace(job, kind=JobKind.ELASTIC, min_gpus=max(1, job.gpus // 2), max_gpus=2 * job.gpus,
+                          gpus_per_worker=1)
+        out.append(job)
+    return out
 
 
 def default_measure_window(ids: Sequence[int]) -> frozenset[int]:

@@ -145,6 +145,26 @@ def test_nodes_cordon_drain_resume(cli, synergyd) -> None:
     assert run.code == 1 and "no-such-node" in one_line(run.err)
 
 
+def test_nodes_loan_and_reclaim(cli, synergyd) -> None:
+    _register_node(synergyd, "inf-a")
+    loaned = as_json(cli("nodes", "loan", "inf-a", "--json"))["nodes"]
+    assert [(n["node_id"], n["pool"]) for n in loaned] == [("inf-a", "loaned")]
+    assert "loaned: inf-a" in cli("nodes", "loan", "inf-a").out
+    run = cli("nodes", "loan", "no-such-node")
+    assert run.code == 1 and "node_ids[0]: no node 'no-such-node'" in one_line(run.err)
+    for bad in ("0", "-3"):
+        run = cli("nodes", "reclaim", bad)
+        assert run.code == 2 and "N must be a positive number" in one_line(run.err)
+    run = cli("nodes", "reclaim", "9")
+    assert run.code == 2 and one_line(run.err).startswith("synergy: error: count: must be 1 to the")
+    run = cli("nodes", "reclaim", "1", "--deadline-s", "-1")
+    assert run.code == 2 and "deadline_s:" in one_line(run.err)
+    back = as_json(cli("nodes", "reclaim", "1", "--deadline-s", "5", "--json"))
+    assert [(n["node_id"], n["pool"]) for n in back["nodes"]] == [("inf-a", "inference")]
+    assert back["preempted_job_ids"] == []
+    assert "inf-a" in cli("nodes").out  # the plain listing still works beside the verbs
+
+
 def test_status_and_runtime_policy_change(cli) -> None:
     status = as_json(cli("status", "--json"))
     assert status["max_job_gpus"] == 64 and status["round_s"] == 1  # the daemon's defaults / flags

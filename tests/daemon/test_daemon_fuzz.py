@@ -36,6 +36,8 @@ METHODS = {
     "/synergy.v1.AdminService/ListJobs": "admin",
     "/synergy.v1.AdminService/CordonNode": "admin",
     "/synergy.v1.AdminService/DrainNode": "admin",
+    "/synergy.v1.AdminService/LoanNodes": "admin",
+    "/synergy.v1.AdminService/ReclaimNodes": "admin",
     "/synergy.v1.AdminService/SetPolicy": "admin",
     "/synergy.v1.NodeService/RegisterNode": "cluster",
     "/synergy.v1.NodeService/Heartbeat": "cluster",

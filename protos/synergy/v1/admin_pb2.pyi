@@ -193,7 +193,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobInfo, _Mapping]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks")
+    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks", "pool")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +212,7 @@ class NodeInfo(_message.Message):
     CGROUP_MODE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_ENFORCED_FIELD_NUMBER: _ClassVar[int]
     THROTTLED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     state: _common_pb2.NodeState
@@ -230,7 +231,38 @@ class NodeInfo(_message.Message):
     cgroup_mode: str
     memory_enforced: bool
     throttled_tasks: int
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ...) -> None: ...
+    pool: str
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ..., pool: _Optional[str] = ...) -> None: ...
+
+class LoanNodesRequest(_message.Message):
+    __slots__ = ("node_ids",)
+    NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    node_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LoanNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class ReclaimNodesRequest(_message.Message):
+    __slots__ = ("count", "deadline_s", "reason")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    deadline_s: float
+    reason: str
+    def __init__(self, count: _Optional[int] = ..., deadline_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReclaimNodesResponse(_message.Message):
+    __slots__ = ("nodes", "preempted_job_ids")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTED_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    preempted_job_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., preempted_job_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

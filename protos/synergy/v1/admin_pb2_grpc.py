@@ -94,6 +94,16 @@ class AdminServiceStub:
                 request_serializer=synergy_dot_v1_dot_admin__pb2.TailLogsRequest.SerializeToString,
                 response_deserializer=synergy_dot_v1_dot_admin__pb2.LogData.FromString,
                 _registered_method=True)
+        self.LoanNodes = channel.unary_unary(
+                '/synergy.v1.AdminService/LoanNodes',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.LoanNodesRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.LoanNodesResponse.FromString,
+                _registered_method=True)
+        self.ReclaimNodes = channel.unary_unary(
+                '/synergy.v1.AdminService/ReclaimNodes',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -188,6 +198,24 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoanNodes(self, request, context):
+        """Lyra's capacity loaning: the nodes join the training pool as loaned servers, which
+        only loanable jobs (elastic or short) use. All or nothing: INVALID_ARGUMENT names the
+        first bad `node_ids[i]`, NOT_FOUND an unregistered one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReclaimNodes(self, request, context):
+        """Hands `count` loaned nodes back to inference, chosen to preempt the fewest jobs (Lyra's
+        reclaim). They take no new work at once; their jobs are asked to checkpoint and stop
+        and are requeued, and a job still there after `deadline_s` is preempted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +278,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.TailLogs,
                     request_deserializer=synergy_dot_v1_dot_admin__pb2.TailLogsRequest.FromString,
                     response_serializer=synergy_dot_v1_dot_admin__pb2.LogData.SerializeToString,
+            ),
+            'LoanNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoanNodes,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.LoanNodesRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.LoanNodesResponse.SerializeToString,
+            ),
+            'ReclaimNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReclaimNodes,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -576,6 +614,60 @@ class AdminService:
             '/synergy.v1.AdminService/TailLogs',
             synergy_dot_v1_dot_admin__pb2.TailLogsRequest.SerializeToString,
             synergy_dot_v1_dot_admin__pb2.LogData.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoanNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/synergy.v1.AdminService/LoanNodes',
+            synergy_dot_v1_dot_admin__pb2.LoanNodesRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.LoanNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReclaimNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/synergy.v1.AdminService/ReclaimNodes',
+            synergy_dot_v1_dot_admin__pb2.ReclaimNodesRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.ReclaimNodesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,4 @@
-"""Node commands: nodes, cordon, drain, resume."""
+"""Node commands: nodes (and nodes loan / reclaim, Lyra's capacity loaning), cordon, drain, resume."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ from typing import Callable
 from rich.text import Text
 
 from synergy.scheduler.cli.connection import Client
+from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import (Result, enum_word, fmt_age, fmt_bandwidth, fmt_bytes, fmt_num,
                                           fmt_pressure, state_text, table, to_plain)
 from synergy.v1 import admin_pb2, common_pb2
@@ -33,6 +34,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="more telemetry: RSS, I/O, pressure (PSI), GPU use, cgroup mode, "
                         "tasks the contention eliminator throttles")
     p.set_defaults(func=list_nodes)
+    verbs = p.add_subparsers(dest="nodes_verb", metavar="{loan,reclaim}")
+    q = verbs.add_parser("loan", help="loan inference nodes to training",
+                         description="Put NODEs in the loaned pool: only loanable jobs (elastic or short) run "
+                                     "there, and `synergy nodes reclaim` hands them back (Lyra's capacity loaning).")
+    q.add_argument("node_ids", nargs="+", metavar="NODE", help="node id (see `synergy nodes`)")
+    q.set_defaults(func=loan_nodes)
+    q = verbs.add_parser("reclaim", help="hand loaned nodes back to inference",
+                         description="Return N loaned nodes to inference, chosen to preempt the fewest jobs; "
+                                     "their jobs checkpoint, stop and are requeued, or are preempted at the deadline.")
+    q.add_argument("count", type=int, metavar="N", help="how many loaned nodes to hand back")
+    q.add_argument("--deadline-s", type=float, default=0.0, metavar="S",
+                   help="seconds the jobs there have to checkpoint and exit (default: the daemon's stop timeout)")
+    q.add_argument("--reason", default="", help="why (kept in the preempted jobs' history)")
+    q.set_defaults(func=reclaim_nodes)
     for name, (_, _, short, long) in ACTIONS.items():
         p = sub.add_parser(name, help=short, description=long)
         p.add_argument("node", metavar="NODE", help="node id (see `synergy nodes`)")
@@ -73,6 +88,25 @@ def change_node(args: argparse.Namespace, connect: Connect) -> Result:
     if node.state_reason:
         line.append(f" ({node.state_reason})")
     return Result(to_plain(node), line)
+
+
+def loan_nodes(args: argparse.Namespace, connect: Connect) -> Result:
+    with connect() as client:
+        nodes = list(client.call("LoanNodes", admin_pb2.LoanNodesRequest(node_ids=args.node_ids)).nodes)
+    text = Text("loaned: " + ", ".join(n.node_id for n in nodes))
+    return Result({"nodes": [to_plain(n) for n in nodes]}, text)
+
+
+def reclaim_nodes(args: argparse.Namespace, connect: Connect) -> Result:
+    if not 1 <= args.count < 2**32:  # uint32 on the wire: a negative count would not even be sent
+        raise CliError(f"N must be a positive number of nodes, got {args.count}", ExitCode.USAGE)
+    request = admin_pb2.ReclaimNodesRequest(count=args.count, deadline_s=args.deadline_s, reason=args.reason)
+    with connect() as client:
+        reply = client.call("ReclaimNodes", request)
+    jobs = ", ".join(str(j) for j in reply.preempted_job_ids) or "none"
+    text = Text(f"reclaimed: {', '.join(n.node_id for n in reply.nodes)}; jobs preempted: {jobs}")
+    return Result({"nodes": [to_plain(n) for n in reply.nodes], "preempted_job_ids": list(reply.preempted_job_ids)},
+                  text)
 
 
 MEMORY_NOT_ENFORCED = "memory not enforced"

@@ -188,6 +188,25 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         node_id, reason = self._node_args(request)
         return admin_pb2.ResumeNodeResponse(node=convert.node_to_info(self.nodes.resume(node_id, reason)))
 
+    @rpc
+    def LoanNodes(
+        self, request: admin_pb2.LoanNodesRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.LoanNodesResponse:
+        ids = [validation.node_id(nid, f"node_ids[{i}]") for i, nid in enumerate(request.node_ids)]
+        records = self.nodes.loans.loan(ids)
+        with self.ctx.lock:
+            return admin_pb2.LoanNodesResponse(nodes=[convert.node_to_info(self.nodes.view(n)) for n in records])
+
+    @rpc
+    def ReclaimNodes(
+        self, request: admin_pb2.ReclaimNodesRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ReclaimNodesResponse:
+        reason = validation.text(request.reason, "reason")
+        done = self.nodes.loans.reclaim(request.count, request.deadline_s, reason)
+        with self.ctx.lock:
+            nodes = [convert.node_to_info(self.nodes.view(n)) for n in done.nodes]
+        return admin_pb2.ReclaimNodesResponse(nodes=nodes, preempted_job_ids=list(done.preempted))
+
     @staticmethod
     def _node_args(request: admin_pb2.CordonNodeRequest) -> tuple[str, str]:
         return validation.node_id(request.node_id), validation.text(request.reason, "reason")

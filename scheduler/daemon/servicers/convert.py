@@ -176,6 +176,7 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
         cgroup_mode=n.cgroup_mode,
         memory_enforced=n.memory_enforced,
         throttled_tasks=v.throttled_tasks,
+        pool=n.pool.value,
     )
     if v.telemetry:
         info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))

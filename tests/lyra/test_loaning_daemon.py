@@ -1,0 +1,130 @@
+"""Capacity loaning in synergyd: LoanNodes / ReclaimNodes, logic-level and through a live daemon."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "daemon"))
+from test_daemon_logic import SimNode, clock, logic, round_, state, submit  # noqa: E402,F401
+
+from synergyd_harness import wait_for  # noqa: E402
+from synergy.scheduler.daemon.app import Logic  # noqa: E402
+from synergy.scheduler.daemon.errors import InvalidArgument, NotFound  # noqa: E402
+from synergy.scheduler.daemon.leases import LeaseAction  # noqa: E402
+from synergy.scheduler.daemon.records import JobState  # noqa: E402
+from synergy.scheduler.model import ServerPool  # noqa: E402
+from synergy.v1 import admin_pb2, common_pb2  # noqa: E402
+
+SHORT, LONG = 10, 10**9  # iterations: the stand-in profile makes 10 steps short, 1e9 long
+
+
+def pools(logic: Logic) -> dict[str, ServerPool]:
+    return {n.id: n.pool for n in logic.ctx.store.nodes()}
+
+
+def test_loaned_node_takes_loanable_jobs_and_reclaim_stops_them_through_the_lease(logic: Logic) -> None:
+    SimNode(logic, "t1", gpus=2)
+    n2 = SimNode(logic, "l1", gpus=2)
+    logic.nodes.loans.loan(["l1"])
+    long_ = submit(logic, "long", gpus=2, iterations=LONG)
+    short = submit(logic, "short", gpus=2, iterations=SHORT)
+    waits = submit(logic, "waits", gpus=2, iterations=LONG)
+    round_(logic)
+    assert logic.jobs.get(long_).placements[0].server_id == "t1"
+    assert logic.jobs.get(short).placements[0].server_id == "l1"
+    assert state(logic, waits) == JobState.QUEUED, "a long fixed-size job never goes to a loaned node"
+    n2.heartbeat()
+    logic.leases.register_process(short, short, 1, 0, 1)
+    done = logic.nodes.loans.reclaim(1, 30, "traffic peak")
+    assert [n.id for n in done.nodes] == ["l1"] and done.preempted == (short,)
+    assert pools(logic)["l1"] == ServerPool.INFERENCE
+    assert "reclaimed by inference: traffic peak" in logic.jobs.get(short).stop_reason
+    stop = logic.leases.renew(short, short, 1, 0, step=5, samples_per_s=1, steps_per_s=1)
+    assert stop.action == LeaseAction.STOP
+    logic.leases.report_checkpoint(short, short, 1, stop.stop_at_step, "/ckpt/s")
+    n2.exit(n2.running()[0], 75)
+    n2.heartbeat()
+    assert state(logic, short) == JobState.QUEUED and logic.jobs.get(short).checkpoint_step == stop.stop_at_step
+    assert logic.nodes.loans.enforce() == 0
+    assert logic.ctx.store.node("l1").reclaim_deadline == 0.0, "the reclaim is over once the node is empty"
+    round_(logic)
+    assert state(logic, short) == JobState.QUEUED, "nothing new lands on a reclaimed node"
+
+
+def test_a_job_still_there_at_the_deadline_is_preempted(logic: Logic) -> None:
+    node = SimNode(logic, "l1", gpus=1)
+    logic.nodes.loans.loan(["l1"])
+    job = submit(logic, "j", iterations=SHORT)
+    round_(logic)
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    logic.nodes.loans.reclaim(1, 3, "")
+    clock(logic).advance(2)
+    assert logic.nodes.loans.enforce() == 0 and state(logic, job) == JobState.RUNNING
+    clock(logic).advance(2)
+    assert logic.nodes.loans.enforce() == 1
+    assert state(logic, job) == JobState.QUEUED
+    assert "did not stop within the reclaim deadline" in logic.jobs.get(job).history[-2].reason
+
+
+def test_bad_requests_change_nothing(logic: Logic) -> None:
+    SimNode(logic, "a")
+    SimNode(logic, "b")
+    for ids, field in (([], "node_ids"), (["a", "a"], "node_ids[1]")):
+        with pytest.raises(InvalidArgument) as exc:
+            logic.nodes.loans.loan(ids)
+        assert str(exc.value).startswith(field + ":")
+    with pytest.raises(NotFound, match=r"^node_ids\[1\]: no node 'zz'"):
+        logic.nodes.loans.loan(["a", "zz"])
+    assert set(pools(logic).values()) == {ServerPool.TRAINING}, "all or nothing"
+    logic.nodes.loans.loan(["a"])
+    for count, deadline, field in ((0, 0, "count"), (2, 0, "count"), (1, -1, "deadline_s"),
+                                   (1, float("nan"), "deadline_s")):
+        with pytest.raises(InvalidArgument) as exc:
+            logic.nodes.loans.reclaim(count, deadline, "")
+        assert str(exc.value).startswith(field + ":")
+    assert pools(logic) == {"a": ServerPool.LOANED, "b": ServerPool.TRAINING}
+
+
+# -- a live synergyd ----------------------------------------------------------------------------
+def test_reclaim_through_a_live_daemon_and_the_pool_survives_a_restart(start_daemon, start_agent) -> None:
+    d = start_daemon()
+    start_agent(d, "t1", gpus=2)
+    loaned = start_agent(d, "l1", gpus=2)
+    admin = d.admin()
+    reply = admin.LoanNodes(admin_pb2.LoanNodesRequest(node_ids=["l1"]))
+    assert [n.pool for n in reply.nodes] == ["loaned"]
+    admin.submit("long", gpus=2, iterations=LONG)
+    admin.submit("short", gpus=2, iterations=SHORT, env={"FAKE_STEP_S": "0.05"})
+    wait_for(lambda: admin.state("short") == "running" and admin.state("long") == "running", what="both to run")
+    assert admin.describe("short").placements[0].node_id == "l1"
+    wait_for(lambda: loaned.running(), what="the short job's process")
+    with pytest.raises(grpc.RpcError) as exc:
+        admin.ReclaimNodes(admin_pb2.ReclaimNodesRequest(count=2))
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and exc.value.details().startswith("count:")
+    short_id = admin.describe("short").id
+    reply = admin.ReclaimNodes(admin_pb2.ReclaimNodesRequest(count=1, deadline_s=30, reason="peak"))
+    assert [n.node_id for n in reply.nodes] == ["l1"] and list(reply.preempted_job_ids) == [short_id]
+    wait_for(lambda: admin.state("short") == "queued", timeout=30, what="the short job to checkpoint and requeue")
+    info = admin.describe("short")
+    preempted = [t for t in info.history if t.to_state == common_pb2.JOB_STATE_PREEMPTED]
+    assert preempted and "reclaimed by inference: peak" in preempted[-1].reason
+    assert "deadline" not in preempted[-1].reason, "it stopped through its lease, not at the deadline"
+    assert info.last_checkpoint_step > 0
+    admin.close()
+    d.terminate()
+    d2 = start_daemon(state_dir=d.state_dir)
+    admin = d2.admin()
+    nodes = {n.node_id: n.pool for n in admin.ListNodes(admin_pb2.ListNodesRequest()).nodes}
+    assert nodes == {"t1": "training", "l1": "inference"}
+    admin.close()
+
+
+def test_the_pool_outlives_an_agent_restart(logic: Logic) -> None:
+    SimNode(logic, "l1")
+    logic.nodes.loans.loan(["l1"])
+    SimNode(logic, "l1")  # the agent registers again
+    assert pools(logic) == {"l1": ServerPool.LOANED}
