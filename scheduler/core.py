@@ -113,7 +113,9 @@ def _open_cluster(cluster: Cluster, verdicts: Mapping[str, Verdict], kept: Mappi
         servers.append(s)
     if len(servers) == len(cluster.servers) and not held:
         return cluster  # the common case: the very same object, so cached totals survive
-    return Cluster(tuple(servers))
+    # The GPU-proportional share stays the whole cluster's: a cordoned node or a kept job's
+    # share taken out here must not change what "never slower than proportional" means.
+    return Cluster(tuple(servers), share_basis=cluster.share_basis or cluster.servers)
 
 
 def _waiting(

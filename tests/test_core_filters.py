@@ -119,3 +119,15 @@ def test_the_cluster_is_untouched_without_flags() -> None:
 
     Scheduler(Fifo(), Spy()).schedule(RoundInput(0.0, cluster, [_job(1)]))
     assert seen[0] is cluster
+
+
+def test_a_filtered_server_does_not_change_the_proportional_share() -> None:
+    # The share is the cluster's shape (the smallest per-GPU share of any GPU server): with
+    # the small-CPU server draining, a job must still get 3 CPUs per GPU under "proportional",
+    # not the 6 of the server that is left.
+    cluster = Cluster((
+        Server("small", Resources(8, 24, 400), admin=AdminState.DRAINING),
+        Server("big", Resources(8, 48, 400)),
+    ))
+    out = build_scheduler("fifo", "proportional").schedule(RoundInput(0.0, cluster, [_job(1, 2)]))
+    assert out.allocations[1].total.cpus == pytest.approx(6.0)  # 2 GPUs x 3 CPUs
