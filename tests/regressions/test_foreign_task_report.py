@@ -33,16 +33,7 @@ def test_a_node_cannot_end_a_job_placed_on_another_node(start_daemon, start_agen
     info = admin.describe(job.id)
     assert [p.node_id for p in info.placements] == ["owner"]
 
-    stub = node_pb2_grpc.NodeServiceStub(channel(d.address))
-    auth = md(d.cluster_token)
-    stub.RegisterNode(
-        node_pb2.RegisterNodeRequest(
-            node_id="thief", hostname="thief", capacity=common_pb2.Resources(gpus=1, cpus=8, mem_gb=64),
-            instance_id="thief-1",
-        ),
-        metadata=auth,
-        timeout=RPC_TIMEOUT,
-    )
+    stub, auth = _register_thief(d)
     forged = node_pb2.TaskStatus(
         ref=node_pb2.TaskRef(job_id=job.id, attempt=info.attempt, rank=0),
         state=node_pb2.TASK_STATE_EXITED,
@@ -75,16 +66,7 @@ def test_a_node_cannot_hold_up_a_job_placed_on_another_node(start_daemon, start_
     wait_for(lambda: admin.state(job.id) == "running" and owner.running(), what="job running on owner")
     info = admin.describe(job.id)
 
-    stub = node_pb2_grpc.NodeServiceStub(channel(d.address))
-    auth = md(d.cluster_token)
-    stub.RegisterNode(
-        node_pb2.RegisterNodeRequest(
-            node_id="thief", hostname="thief", capacity=common_pb2.Resources(gpus=1, cpus=8, mem_gb=64),
-            instance_id="thief-1",
-        ),
-        metadata=auth,
-        timeout=RPC_TIMEOUT,
-    )
+    stub, auth = _register_thief(d)
     forged = node_pb2.TaskStatus(
         ref=node_pb2.TaskRef(job_id=job.id, attempt=info.attempt, rank=0), state=node_pb2.TASK_STATE_RUNNING, pid=1
     )
@@ -105,3 +87,18 @@ def test_a_node_cannot_hold_up_a_job_placed_on_another_node(start_daemon, start_
     finally:
         done.set()
         reporter.join(timeout=10)
+
+
+def _register_thief(d):
+    """A second node, "thief", registered straight over the NodeService: its stub and auth."""
+    stub = node_pb2_grpc.NodeServiceStub(channel(d.address))
+    auth = md(d.cluster_token)
+    stub.RegisterNode(
+        node_pb2.RegisterNodeRequest(
+            node_id="thief", hostname="thief", capacity=common_pb2.Resources(gpus=1, cpus=8, mem_gb=64),
+            instance_id="thief-1",
+        ),
+        metadata=auth,
+        timeout=RPC_TIMEOUT,
+    )
+    return stub, auth
