@@ -85,6 +85,10 @@ class Server:
     #: When the server last proved alive (the daemon: its agent's last heartbeat), on the
     #: same time axis as `RoundInput.now_s`; None = liveness not tracked (the simulator).
     last_heartbeat_s: float | None = None
+    #: The GPU model (e.g. "V100", "T4"); "" = untyped (a homogeneous cluster). Jobs may
+    #: restrict the types they accept (`Job.gpu_types`), profiles may carry a speed per type,
+    #: and the GPU-proportional share is taken per type (heterogeneous clusters).
+    gpu_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,11 @@ class Job:
     #: May it run on servers loaned from the inference cluster (Lyra §4: reclaiming them
     #: preempts it)? None = the default rule of `loaning/eligibility.py` (elastic or short).
     loanable: bool | None = None
+    #: GPU types the job accepts (`Server.gpu_type`); empty = any type.
+    gpu_types: frozenset[str] = frozenset()
+    #: Never share a GPU with another job (Tesserae §4.2 packing skips it): for jobs with
+    #: deadlines or high priority that must not be slowed by a partner.
+    no_share: bool = False
 
     @property
     def remaining_iterations(self) -> float:
@@ -201,6 +210,10 @@ class Placement:
 class Allocation:
     job_id: int
     placements: tuple[Placement, ...]
+    #: Packing (Tesserae §4.2): this job runs on the very GPUs of that job's allocation (same
+    #: servers, same GPU counts, at most two jobs per GPU), with its own CPUs and memory. Its
+    #: placements' GPUs are therefore not extra demand on the servers. None = GPUs its own.
+    packed_with: int | None = None
 
     @property
     def total(self) -> Resources:
