@@ -51,6 +51,10 @@ expensive part: on 16 servers CP-SAT seldom improves on the repaired greedy with
 second, while on 2-4 servers it often finds a much better placement in milliseconds;
 `placement_limit` caps it and 0 skips it (about 30 ms per round instead of about 200 ms).
 
+GPU types (§6). On a typed cluster the core asks OPT for each runnable job's GPU type
+(`choose_types`, the job x type dimension of W: mechanisms/opt_types.py), then runs the
+programs above per type, on that type's servers with the job's profile on the type.
+
 Reproducibility. CP-SAT runs on one worker with a fixed seed and *deterministic* time
 limits, so the same input always gives the same allocation; the wall-clock limit is only a
 safety net that a healthy round never reaches. Memos are per instance and keyed on the exact
