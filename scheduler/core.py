@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from synergy.scheduler.arrays.cpu_array import ArrayDecision, CpuArray, is_cpu_server, schedule_cpu_array
-from synergy.scheduler.elastic import two_phase
 from synergy.scheduler.elastic.scaling import base_gpus
 from synergy.scheduler.loaning.passes import place_on_loaned, split_loaned
 from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
+from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous
 from synergy.scheduler.policies.base import Policy
@@ -40,7 +40,8 @@ class Scheduler:
         # Seams: other pools (Lyra loans) get their own passes here; this release schedules
         # training jobs (fixed-size, and elastic ones sized by Lyra's two phases) on GPU
         # servers, then CODA's CPU array: CPU-only jobs on CPU servers and on what training
-        # leaves (or holds above its proportional share) on GPU servers.
+        # leaves (or holds above its proportional share) on GPU servers. On a typed cluster
+        # each job runs on one GPU type it accepts (placement/gpu_types.py).
         verdicts = {s.id: run_filters(self.filters, s, inp) for s in inp.cluster.servers}
         jobs = [j for j in inp.jobs if j.kind in GPU_KINDS]
         kept = _kept_in_place(jobs, inp.previous, verdicts)
@@ -50,7 +51,7 @@ class Scheduler:
             ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
             own, loaned = split_loaned(cluster)  # Lyra: loaned servers take loanable jobs only
             if own.servers:
-                out = two_phase.allocate(self.mechanism, ordered, replace(inp, cluster=own, jobs=ordered))
+                out = gpu_types.allocate(self.mechanism, ordered, replace(inp, cluster=own, jobs=ordered))
                 if self.relabel is not None and inp.previous:
                     out = replace(out, allocations=self.relabel(out.allocations, inp.previous, own))
             out = place_on_loaned(self.mechanism, ordered, inp, loaned, out)

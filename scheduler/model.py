@@ -112,7 +112,7 @@ class Cluster:
             sum(s.capacity.mem_gb for s in self.servers),
         )
 
-    def proportional_share(self, gpus: float) -> Resources:
+    def proportional_share(self, gpus: float, gpu_type: str | None = None) -> Resources:
         """GPU-proportional CPU and memory for `gpus` GPUs on this cluster.
 
         Derived from the cluster's shape, never baked into a profile: the same job gets
@@ -120,19 +120,63 @@ class Cluster:
         heterogeneous cluster it is the smallest per-GPU share of any GPU server, so that
         every GPU can carry it: the guarantee "never slower than proportional" is then one
         that holds wherever the job lands.
+
+        `gpu_type` takes it among that type's servers alone ("" = the untyped ones): the
+        share a job landing on that type is guaranteed. None = every GPU server, as above;
+        on an untyped cluster both are the same.
         """
-        return Resources(gpus, self._per_gpu[0] * gpus, self._per_gpu[1] * gpus)
+        per = self._per_gpu if gpu_type is None else self._per_gpu_by_type.get(gpu_type, (0.0, 0.0))
+        return Resources(gpus, per[0] * gpus, per[1] * gpus)
+
+    @property
+    def basis(self) -> tuple[Server, ...]:
+        """The servers whose shape defines the GPU-proportional share."""
+        return self.servers if self.share_basis is None else self.share_basis
+
+    @cached_property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types of its GPU servers, sorted ("" = untyped ones)."""
+        return tuple(sorted({s.gpu_type for s in self.servers if s.capacity.gpus > 0}))
+
+    @cached_property
+    def typed(self) -> bool:
+        """True when some GPU server has a type: the core then schedules per type."""
+        return self.gpu_types not in ((), ("",))
+
+    def of_type(self, gpu_type: str) -> Cluster:
+        """Its GPU servers of `gpu_type`, whose proportional share is that type's."""
+        return Cluster(
+            tuple(s for s in self.servers if s.gpu_type == gpu_type and s.capacity.gpus > 0),
+            share_basis=tuple(s for s in self.basis if s.gpu_type == gpu_type),
+        )
+
+    def gpu_type_of(self, server_id: str) -> str:
+        """The GPU type of one of its servers ("" when untyped or not in it)."""
+        return self._type_by_id.get(server_id, "")
+
+    @cached_property
+    def _type_by_id(self) -> dict[str, str]:
+        return {s.id: s.gpu_type for s in self.servers if s.gpu_type}
 
     @cached_property
     def _per_gpu(self) -> tuple[float, float]:
-        basis = self.servers if self.share_basis is None else self.share_basis
-        gpu_servers = [s.capacity for s in basis if s.capacity.gpus > 0]
-        if not gpu_servers:
-            return (0.0, 0.0)
-        return (
-            min(c.cpus / c.gpus for c in gpu_servers),
-            min(c.mem_gb / c.gpus for c in gpu_servers),
-        )
+        return _smallest_per_gpu(self.basis)
+
+    @cached_property
+    def _per_gpu_by_type(self) -> dict[str, tuple[float, float]]:
+        types = {s.gpu_type for s in self.basis}
+        return {t: _smallest_per_gpu([s for s in self.basis if s.gpu_type == t]) for t in types}
+
+
+def _smallest_per_gpu(servers: Sequence[Server]) -> tuple[float, float]:
+    """(CPUs per GPU, GB per GPU) that every GPU server of `servers` can give each GPU."""
+    gpu_servers = [s.capacity for s in servers if s.capacity.gpus > 0]
+    if not gpu_servers:
+        return (0.0, 0.0)
+    return (
+        min(c.cpus / c.gpus for c in gpu_servers),
+        min(c.mem_gb / c.gpus for c in gpu_servers),
+    )
 
 
 class JobKind(str, enum.Enum):

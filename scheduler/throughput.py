@@ -4,6 +4,14 @@ from __future__ import annotations
 from synergy.scheduler.model import Allocation, Cluster, Job
 
 
+def landed_speed(job: Job, alloc: Allocation, cluster: Cluster) -> float:
+    """Relative speed under `alloc` on the GPU type it runs on in `cluster` (its profile's
+    speed on that type, `SensitivityProfile.speed_on`): what the simulator advances it by.
+    On an untyped cluster this is `speed(job, alloc)`."""
+    return job.profile.speed_on(cluster.gpu_type_of(alloc.placements[0].server_id) if alloc.placements else "",
+                                *alloc.per_gpu)
+
+
 def proportional_per_gpu(cluster: Cluster) -> tuple[float, float]:
     share = cluster.proportional_share(1)
     return share.cpus, share.mem_gb

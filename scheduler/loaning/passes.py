@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from synergy.scheduler.elastic import two_phase
 from synergy.scheduler.loaning.eligibility import is_loanable
 from synergy.scheduler.mechanisms.base import Mechanism
+from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.model import Cluster, Job, RoundInput, RoundOutput, ServerPool
 
 
@@ -33,6 +33,6 @@ def place_on_loaned(
     candidates = [j for j in ordered if j.id not in first.allocations and is_loanable(j, inp.cluster)]
     if not candidates or not loaned.servers:
         return first
-    second = two_phase.allocate(mechanism, candidates, replace(inp, cluster=loaned, jobs=candidates))
+    second = gpu_types.allocate(mechanism, candidates, replace(inp, cluster=loaned, jobs=candidates))
     waiting = {jid: why for jid, why in first.waiting.items() if jid not in second.allocations}
     return RoundOutput({**first.allocations, **second.allocations}, waiting, first.reverted | second.reverted)

@@ -51,6 +51,10 @@ expensive part: on 16 servers CP-SAT seldom improves on the repaired greedy with
 second, while on 2-4 servers it often finds a much better placement in milliseconds;
 `placement_limit` caps it and 0 skips it (about 30 ms per round instead of about 200 ms).
 
+GPU types (§6). On a typed cluster the core asks OPT for each runnable job's GPU type
+(`choose_types`, the job x type dimension of W: mechanisms/opt_types.py), then runs the
+programs above per type, on that type's servers with the job's profile on the type.
+
 Reproducibility. CP-SAT runs on one worker with a fixed seed and *deterministic* time
 limits, so the same input always gives the same allocation; the wall-clock limit is only a
 safety net that a healthy round never reaches. Memos are per instance and keyed on the exact
@@ -61,11 +65,12 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Hashable, Sequence, TypeVar
+from typing import Callable, ClassVar, Hashable, Mapping, Sequence, TypeVar
 
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
+from synergy.scheduler.mechanisms import opt_types
 from synergy.scheduler.mechanisms.base import runnable_by_gpu
 from synergy.scheduler.mechanisms.leftover import redistribute
 from synergy.scheduler.mechanisms.tune import Tune, pack_demands
@@ -197,6 +202,12 @@ class Opt:
         key = ("round", inp.cluster, tuple((j.id, j.gpus, j.profile) for j in ordered))
         out = self._memoised(key, lambda: self._allocate(ordered, inp))
         return RoundOutput(dict(out.allocations), dict(out.waiting), out.reverted)
+
+    def choose_types(self, ordered: Sequence[Job], types: Mapping[str, Cluster],
+                     greedy: Mapping[int, str]) -> dict[int, str]:
+        """The job x GPU-type dimension (§6) on a typed cluster: see mechanisms/opt_types.py."""
+        return opt_types.choose_types(ordered, types, greedy, lambda: self._solver(self.ideal_limit),
+                                      self._memoised)
 
     # -- reporting ---------------------------------------------------------------------------
     def ideal(self, ordered: Sequence[Job], inp: RoundInput) -> dict[int, tuple[float, float]]:

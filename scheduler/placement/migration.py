@@ -20,7 +20,7 @@ and exactly 1 (0.5 out, 0.5 in) otherwise, so for consolidated jobs the minimum 
 minimum number of migrations. A split job whose pieces partly stay costs a fraction: the
 matching minimises Tesserae's cost, which for split jobs can differ from the job count.
 
-Only interchangeable servers swap labels: same pool and the same capacity this round (after
+Only interchangeable servers swap labels: same pool, same GPU type and the same capacity this round (after
 what jobs kept in place hold). The new plan's content of a server moves whole to a server of
 equal capacity, so every allocation stays feasible, each job keeps its GPUs, CPUs and memory
 per GPU, a consolidated job stays consolidated and a split job stays on as many servers.
@@ -173,10 +173,10 @@ def _by_node(allocations: Mapping[int, Allocation], jobs: Mapping[int, int]) -> 
 
 
 def _classes(servers: Sequence[Server]) -> list[list[str]]:
-    """Interchangeable servers (same pool, same capacity), in cluster order, classes of two or more."""
-    groups: dict[tuple[str, Resources], list[str]] = defaultdict(list)
+    """Interchangeable servers (same pool, GPU type and capacity), in cluster order, classes of two or more."""
+    groups: dict[tuple[str, str, Resources], list[str]] = defaultdict(list)
     for s in servers:
-        groups[(s.pool.value, s.capacity)].append(s.id)
+        groups[(s.pool.value, s.gpu_type, s.capacity)].append(s.id)
     return [ids for ids in groups.values() if len(ids) > 1]
 
 

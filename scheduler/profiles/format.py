@@ -12,10 +12,19 @@ docs/profiles.md) is JSON::
          "throughput": [[...], ...],                # rows x columns, reference cell = 1.0
          "reference": {"cpus_per_gpu": 3, "mem_gb_per_gpu": 62.5},
          "iter_time_s": 0.25,                       # seconds per iteration at the reference
-         "source": "where the numbers come from"}}}
+         "source": "where the numbers come from",
+         "gpu_types": {"T4": {"speed": 0.45},       # optional: per GPU type (below)
+                       "A100": {"speed": 2.1, "throughput": [[...], ...]}}}}}
 
 Profiles are per GPU on purpose: the GPU-proportional share depends on the cluster's
 shape, so the core derives it per cluster instead of baking one cluster into a profile.
+
+GPU types (heterogeneous clusters, Synergy §6). The grid above is measured on a reference
+GPU. `gpu_types` says how the model runs on other GPU models: `speed` is its throughput at
+the reference cell relative to the reference GPU's, and an optional `throughput` grid (same
+axes, relative to its own reference cell) gives that type's CPU and memory sensitivity,
+since a faster GPU is hungrier for CPU. `SensitivityProfile.on(gpu_type)` is the profile a
+job has on that type; the scheduler sizes and times jobs with it.
 """
 from __future__ import annotations
 
@@ -38,6 +47,17 @@ class ProfileError(ValueError):
 
 
 @dataclass(frozen=True)
+class GpuTypeSpeed:
+    """How a model runs on one GPU type, relative to the profile's reference GPU."""
+
+    #: Throughput at the reference cell relative to the reference GPU's (T4 vs V100: ~0.45).
+    speed: float
+    #: The type's own sensitivity grid on the profile's axes, relative to its reference cell;
+    #: None = the reference GPU's grid (the type only scales it).
+    throughput: tuple[tuple[float, ...], ...] | None = None
+
+
+@dataclass(frozen=True)
 class SensitivityProfile:
     model: str
     task: str
@@ -48,6 +68,8 @@ class SensitivityProfile:
     reference: tuple[float, float]
     iter_time_s: float
     source: str = ""
+    #: (GPU type, how the model runs there), sorted by type; empty = one GPU type.
+    gpu_types: tuple[tuple[str, GpuTypeSpeed], ...] = ()
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -82,6 +104,39 @@ class SensitivityProfile:
         value = top * scale
         self._cache[key] = value
         return value
+
+    def on(self, gpu_type: str) -> SensitivityProfile:
+        """The profile of this model on `gpu_type`: its grid (the type's own, or the
+        reference one) scaled by the type's speed, so every other query (best case, OPT's
+        cells, the proportional speed) works unchanged on it.
+
+        An untyped server ("") or a type the profile does not list runs at the reference
+        GPU's speed (factor 1.0): the profile itself is returned. Cached, so a job's profile
+        on a type is one object (the mechanisms key memos on it).
+        """
+        if not gpu_type or not self.gpu_types:
+            return self
+        key = ("on", gpu_type)
+        hit = self._cache.get(key)
+        if hit is None:
+            spec = dict(self.gpu_types).get(gpu_type)
+            if spec is None:
+                hit = self
+            else:
+                grid = spec.throughput if spec.throughput is not None else self.throughput
+                hit = SensitivityProfile(
+                    model=self.model, task=self.task, cpus_per_gpu=self.cpus_per_gpu,
+                    mem_gb_per_gpu=self.mem_gb_per_gpu,
+                    throughput=tuple(tuple(v * spec.speed for v in row) for row in grid),
+                    reference=self.reference, iter_time_s=self.iter_time_s, source=self.source,
+                )
+            self._cache[key] = hit
+        return hit
+
+    def speed_on(self, gpu_type: str, cpus_per_gpu: float, mem_gb_per_gpu: float) -> float:
+        """Relative throughput (1.0 = the reference cell on the reference GPU) on one GPU of
+        `gpu_type` with (c, m) per GPU. Untyped ("") or unlisted types: factor 1.0."""
+        return self.on(gpu_type).speed(cpus_per_gpu, mem_gb_per_gpu)
 
     @cached_property
     def saturated(self) -> float:
@@ -126,6 +181,7 @@ class SensitivityProfile:
         ref = d["reference"]
         if not isinstance(ref, Mapping) or "cpus_per_gpu" not in ref or "mem_gb_per_gpu" not in ref:
             raise ProfileError(f"{where}: field 'reference' needs 'cpus_per_gpu' and 'mem_gb_per_gpu'")
+        gpu_types = _parse_gpu_types(where, d.get("gpu_types", {}))
         try:
             return cls(
                 model=model,
@@ -136,6 +192,7 @@ class SensitivityProfile:
                 reference=(float(ref["cpus_per_gpu"]), float(ref["mem_gb_per_gpu"])),
                 iter_time_s=float(d["iter_time_s"]),
                 source=str(d.get("source", "")),
+                gpu_types=gpu_types,
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, ProfileError):
@@ -143,6 +200,11 @@ class SensitivityProfile:
             raise ProfileError(f"{where}: non-numeric value ({exc})") from None
 
     def to_dict(self) -> dict[str, Any]:
+        types: dict[str, Any] = {}
+        for name, g in self.gpu_types:
+            types[name] = {"speed": g.speed}
+            if g.throughput is not None:
+                types[name]["throughput"] = [list(r) for r in g.throughput]
         return {
             "task": self.task,
             "cpus_per_gpu": list(self.cpus_per_gpu),
@@ -151,6 +213,7 @@ class SensitivityProfile:
             "reference": {"cpus_per_gpu": self.reference[0], "mem_gb_per_gpu": self.reference[1]},
             "iter_time_s": self.iter_time_s,
             "source": self.source,
+            **({"gpu_types": types} if types else {}),
         }
 
     def _validate(self) -> None:
@@ -183,6 +246,45 @@ class SensitivityProfile:
             raise ProfileError(f"{where}: field 'reference' lies outside the grid")
         if self.saturated <= 0:
             raise ProfileError(f"{where}: field 'throughput' is all zero")
+        for name, spec in self.gpu_types:
+            field_ = f"gpu_types.{name}"
+            if not name:
+                raise ProfileError(f"{where}: field 'gpu_types' has an empty type name")
+            if not math.isfinite(spec.speed) or spec.speed <= 0:
+                raise ProfileError(f"{where}: field '{field_}.speed' must be a positive number")
+            grid = spec.throughput
+            if grid is None:
+                continue
+            if len(grid) != len(self.cpus_per_gpu) or any(len(r) != len(self.mem_gb_per_gpu) for r in grid):
+                raise ProfileError(
+                    f"{where}: field '{field_}.throughput' must be {len(self.cpus_per_gpu)} rows x "
+                    f"{len(self.mem_gb_per_gpu)} columns, like 'throughput'"
+                )
+            if any(not math.isfinite(v) or v < 0 for r in grid for v in r) or max(max(r) for r in grid) <= 0:
+                raise ProfileError(f"{where}: field '{field_}.throughput' must hold non-negative numbers, not all zero")
+
+
+def _parse_gpu_types(where: str, raw: Any) -> tuple[tuple[str, GpuTypeSpeed], ...]:
+    """The optional `gpu_types` object of a profile entry, sorted by type name."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: field 'gpu_types' must be an object of GPU type -> {{\"speed\": ...}}")
+    out = []
+    for name, entry in sorted(raw.items()):
+        field_ = f"gpu_types.{name}"
+        if not isinstance(entry, Mapping) or "speed" not in entry:
+            raise ProfileError(f"{where}: field '{field_}' needs 'speed'")
+        unknown = set(entry) - {"speed", "throughput"}
+        if unknown:
+            raise ProfileError(f"{where}: field '{field_}' has unknown keys {', '.join(sorted(unknown))}")
+        try:
+            speed = float(entry["speed"])
+            grid = entry.get("throughput")
+            if grid is not None:
+                grid = tuple(tuple(float(x) for x in row) for row in grid)
+        except (TypeError, ValueError) as exc:
+            raise ProfileError(f"{where}: field '{field_}' has a non-numeric value ({exc})") from None
+        out.append((str(name), GpuTypeSpeed(speed, grid)))
+    return tuple(out)
 
 
 def _locate(values: tuple[float, ...], x: float) -> tuple[int, float]:

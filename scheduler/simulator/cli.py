@@ -76,12 +76,23 @@ def _new_parser(prog: str, description: str) -> _Parser:
                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+#: The homogeneous cluster flags, (flag, RunSpec field): `--cluster` replaces them all.
+HOMOGENEOUS_FLAGS = (("--servers", "servers"), ("--gpus-per-server", "gpus_per_server"),
+                     ("--cpus-per-server", "cpus_per_server"), ("--mem-per-server", "mem_per_server"))
+
+
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster (homogeneous servers; the paper's simulated cluster by default)")
-    g.add_argument("--servers", type=int, default=16, help="number of servers (default 16)")
-    g.add_argument("--gpus-per-server", type=int, default=8, help="GPUs per server (default 8)")
-    g.add_argument("--cpus-per-server", type=float, default=24.0, help="CPU cores per server (default 24)")
-    g.add_argument("--mem-per-server", type=float, default=500.0, help="memory per server in GB (default 500)")
+    g.add_argument("--servers", type=int, default=None, help="number of servers (default 16)")
+    g.add_argument("--gpus-per-server", type=int, default=None, help="GPUs per server (default 8)")
+    g.add_argument("--cpus-per-server", type=float, default=None, help="CPU cores per server (default 24)")
+    g.add_argument("--mem-per-server", type=float, default=None, help="memory per server in GB (default 500)")
+    g.add_argument("--cluster", default=None, metavar="FILE", dest="cluster_file",
+                   help="JSON or YAML list of server groups {count, gpus, cpus, mem_gb, gpu_type} mixing GPU "
+                        "types (docs/simulator.md); replaces the four flags above")
+    g.add_argument("--typed-share", type=float, default=0.0, metavar="F",
+                   help="fraction of generated jobs restricted to one GPU type of the --cluster file, drawn "
+                        "in proportion to each type's GPUs (default 0: every job accepts any type)")
 
 
 def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) -> None:
@@ -243,11 +254,14 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         if given:
             raise SimInputError(f"--trace replays a recorded workload; drop {', '.join(given)} "
                                 "(they shape generated traces only)")
+    homogeneous = {field: getattr(args, field) for _, field in HOMOGENEOUS_FLAGS if getattr(args, field) is not None}
+    if args.cluster_file is not None and homogeneous:
+        given = [flag for flag, field in HOMOGENEOUS_FLAGS if field in homogeneous]
+        raise SimInputError(f"--cluster describes every server; drop {', '.join(given)}")
     return RunSpec(
-        servers=args.servers,
-        gpus_per_server=args.gpus_per_server,
-        cpus_per_server=args.cpus_per_server,
-        mem_per_server=args.mem_per_server,
+        **homogeneous,
+        cluster_file=args.cluster_file,
+        typed_share=args.typed_share,
         policy=args.policy,
         mechanism=getattr(args, "mechanism", mechanism),
         scorer=args.scorer,

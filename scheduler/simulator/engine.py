@@ -5,7 +5,8 @@ round boundaries (where `Scheduler.schedule` decides the next round, exactly as 
 does), and completions (at the exact instant a job's last iteration ends; its resources
 stay idle until the next boundary, as they would with leases).
 
-Between boundaries a running job advances at `iterations_per_s(job, speed(job, alloc))`.
+Between boundaries a running job advances at `iterations_per_s(job, landed_speed(job, alloc, cluster))`
+(its speed on the GPU type it landed on; the reference GPU's on an untyped cluster).
 Progress is kept as (rate, t0, done0): the work done at time t is done0 + rate * (t - t0),
 re-based only when the job's rate changes. The answer therefore does not depend on how
 many boundaries the loop visits, which is what makes skipping idle boundaries exact.
@@ -40,7 +41,7 @@ from synergy.scheduler.loaning.orchestrator import rebalance
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
 from synergy.scheduler.simulator.inference import InferencePool
 from synergy.scheduler.placement.migration import migrated
-from synergy.scheduler.throughput import iterations_per_s, speed
+from synergy.scheduler.throughput import iterations_per_s, landed_speed
 
 #: Columns of a `SimResult.timeline` row after its time: allocated GPUs, CPUs and GB, then
 #: the CPUs and GB the running jobs can actually use (their allocation capped at saturation).
@@ -118,6 +119,11 @@ class SimResult:
     migrations: int = 0
     #: Capacity loaning's counts; None without an inference pool.
     loaning: LoanStats | None = None
+    #: Typed clusters: the GPU types, their GPU counts, and a step function (time, allocated
+    #: GPUs per type in that order); empty on an untyped cluster.
+    gpu_types: tuple[str, ...] = ()
+    type_gpus: tuple[float, ...] = ()
+    type_timeline: list[tuple[float, ...]] = field(default_factory=list)
 
 
 class _Running:
@@ -177,6 +183,10 @@ class Simulation:
         self.training = cluster
         self.loaned: tuple[str, ...] = ()
         self.loan_stats = LoanStats() if config.inference is not None else None
+        # Per-type GPU usage (typed clusters only; the untyped path pays nothing for it).
+        self.gpu_types = cluster.gpu_types if cluster.typed else ()
+        self.type_gpus = tuple(cluster.of_type(t).total.gpus for t in self.gpu_types)
+        self.type_timeline: list[tuple[float, ...]] = [(0.0, *(0.0 for _ in self.gpu_types))] if self.gpu_types else []
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -276,6 +286,8 @@ class Simulation:
                     h = r.held
                     g, c, m, cu, mu = g - h[0], c - h[1], m - h[2], cu - h[3], mu - h[4]
                     timeline.append((r.finish, g, c, m, cu, mu))
+                    if self.gpu_types:
+                        self._account_types(r.finish, [(x.alloc, x.held[0]) for x in running.values()])
                     end_s = max(end_s, r.finish)
                     if job.id in stop_ids:
                         left -= 1
@@ -286,7 +298,7 @@ class Simulation:
         if stopped == "time_limit":
             end_s = max(end_s, k * R)
         return SimResult(self.records, self.capacity, timeline, end_s, rounds, decisions, stopped, unfinished,
-                         self.migrations, self.loan_stats)
+                         self.migrations, self.loan_stats, self.gpu_types, self.type_gpus, self.type_timeline)
 
     # -- helpers -----------------------------------------------------------------------------
     def _boundary(self, t: float) -> int:
@@ -377,8 +389,8 @@ class Simulation:
             moved = r.alloc is not None and migrated(r.alloc.placements, alloc.placements)
             if alloc != r.alloc:  # an unchanged allocation keeps its rate and progress line
                 r.alloc = alloc
-                r.held = _usage(r.job, alloc)
-                rate = _rate(r.job, alloc)
+                r.held = _usage(r.job, alloc, self.cluster)
+                rate = _rate(r.job, alloc, self.cluster)
                 if rate != r.rate:
                     r.rebase(t)
                     r.rate = rate
@@ -399,6 +411,21 @@ class Simulation:
             mu += held[4]
         if (g, c, m, cu, mu) != timeline[-1][1:]:
             timeline.append((t, g, c, m, cu, mu))
+        if self.gpu_types:
+            self._account_types(t, [(r.alloc, r.held[0]) for r in running.values()])
+
+    def _account_types(self, t: float, held: list[tuple[Allocation | None, float]]) -> None:
+        """A row of the per-type GPU step function: what the running jobs hold, by the type
+        of the servers they run on."""
+        col = {name: k for k, name in enumerate(self.gpu_types)}
+        row = [0.0] * len(self.gpu_types)
+        for alloc, gpus in held:
+            if alloc is not None and alloc.placements:
+                k = col.get(self.cluster.gpu_type_of(alloc.placements[0].server_id))
+                if k is not None:
+                    row[k] += gpus
+        if tuple(row) != self.type_timeline[-1][1:]:
+            self.type_timeline.append((t, *row))
 
 
     def _redo(self, r: _Running, t: float) -> None:
@@ -412,15 +439,15 @@ class Simulation:
         r.k_done = self._boundary(r.finish)
 
 
-def _rate(job: Job, alloc: Allocation) -> float:
+def _rate(job: Job, alloc: Allocation, cluster: Cluster) -> float:
     """Iterations per second; a CPU-only job's iterations are seconds at what it asked for
     (the CPU array gives it exactly that or nothing: simulator/cpu_jobs.py)."""
     if job.kind == JobKind.CPU_ONLY:
         return 1.0
-    return iterations_per_s(job, speed(job, alloc))
+    return iterations_per_s(job, landed_speed(job, alloc, cluster))
 
 
-def _usage(job: Job, alloc: Allocation) -> Usage:
+def _usage(job: Job, alloc: Allocation, cluster: Cluster) -> Usage:
     """What `alloc` holds, and how much of its CPU and memory the job can consume.
 
     A job never uses more than its saturating demand: past `best_case()` (no floor: the
@@ -434,5 +461,6 @@ def _usage(job: Job, alloc: Allocation) -> Usage:
         m += p.mem_gb
     if job.kind == JobKind.CPU_ONLY:  # it uses all it asked for
         return g, c, m, c, m
-    c_sat, m_sat = job.profile.best_case()
+    landed = cluster.gpu_type_of(alloc.placements[0].server_id) if alloc.placements else ""
+    c_sat, m_sat = job.profile.on(landed).best_case()  # a faster GPU type may want more
     return g, c, m, min(c, c_sat * g), min(m, m_sat * g)

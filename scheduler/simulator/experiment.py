@@ -29,6 +29,7 @@ from synergy.scheduler.simulator.engine import (
 from synergy.scheduler.simulator.cpu_jobs import (CpuJobParams, CpuTraceJob, cpu_job_metrics, generate_cpu_jobs,
                                                    read_cpu_trace)
 from synergy.scheduler.simulator.cpu_jobs import to_jobs as cpu_to_jobs
+from synergy.scheduler.simulator.cluster_file import build_servers, load_cluster_file
 from synergy.scheduler.simulator.errors import SimInputError
 from synergy.scheduler.simulator.metrics import summarise
 from synergy.scheduler.simulator.inference import DEFAULT_CHECKPOINT_S, InferencePool, build_pool
@@ -40,6 +41,7 @@ from synergy.scheduler.simulator.workload import (
     default_measure_window,
     generate,
     make_elastic,
+    restrict_types,
 )
 
 DEFAULT_JOBS = 6000
@@ -106,6 +108,11 @@ class RunSpec:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S
     #: Fraction of jobs made elastic (Lyra §5; workload.make_elastic).
     elastic_share: float = 0.0
+    #: A cluster file of server groups mixing GPU types (simulator/cluster_file.py); when
+    #: set, it replaces servers/gpus_per_server/cpus_per_server/mem_per_server.
+    cluster_file: str | None = None
+    #: Fraction of jobs restricted to one GPU type (workload.restrict_types).
+    typed_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -179,16 +186,29 @@ def _check_spec(spec: RunSpec) -> None:
         raise SimInputError(f"--inference-servers must be >= 0, got {spec.inference_servers}")
     if not (spec.checkpoint_s > 0 and math.isfinite(spec.checkpoint_s)):
         raise SimInputError(f"--checkpoint-s must be a positive number, got {spec.checkpoint_s}")
+    if not 0.0 <= spec.typed_share <= 1.0:
+        raise SimInputError(f"--typed-share must be between 0 and 1, got {spec.typed_share}")
     if not 0.0 <= spec.elastic_share <= 1.0:
         raise SimInputError(f"--elastic-share must be between 0 and 1, got {spec.elastic_share}")
     check_names(spec.policy, [spec.mechanism])
 
 
 def build_cluster(spec: RunSpec) -> Cluster:
+    if spec.cluster_file is not None:
+        return load_cluster(spec)
     gpu = Cluster.homogeneous(spec.servers, spec.gpus_per_server, spec.cpus_per_server, spec.mem_per_server)
     cpu = tuple(Server(f"c{i}", Resources(0, spec.cpus_per_server, spec.mem_per_server), pool=ServerPool.CPU_ONLY)
                 for i in range(spec.cpu_servers))
     return Cluster(gpu.servers + cpu) if cpu else gpu
+
+
+def load_cluster(spec: RunSpec) -> Cluster:
+    """The cluster file's servers, plus --cpu-servers shaped like its first GPU server."""
+    servers = build_servers(load_cluster_file(spec.cluster_file or ""))
+    one = next(s.capacity for s in servers if s.capacity.gpus > 0)
+    cpu = tuple(Server(f"c{i}", Resources(0, one.cpus, one.mem_gb), pool=ServerPool.CPU_ONLY)
+                for i in range(spec.cpu_servers))
+    return Cluster(servers + cpu)
 
 
 def build(spec: RunSpec) -> Scheduler:
@@ -208,6 +228,8 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
     """Validate the spec and build everything a run needs, once."""
     _check_spec(spec)
     cluster = build_cluster(spec)
+    if spec.typed_share > 0 and not any(cluster.gpu_types):
+        raise SimInputError("--typed-share needs a cluster with GPU types (--cluster FILE)")
     ps = profile_set if profile_set is not None else zoo_profiles(spec.profiles)
     if spec.trace is not None:
         workload = read_trace(spec.trace, ps.profiles, int(cluster.total.gpus))
@@ -245,6 +267,8 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
 def _gpu_jobs(prep: Prepared, spec: RunSpec) -> list[Job]:
     """Fresh training jobs for one run (a run advances its jobs in place)."""
     jobs = prep.workload.to_jobs(prep.profile_set.profiles)
+    if spec.typed_share > 0:
+        jobs = restrict_types(jobs, spec.typed_share, prep.cluster, spec.seed)
     return make_elastic(jobs, spec.elastic_share, spec.seed) if spec.elastic_share > 0 else jobs
 
 

@@ -74,7 +74,17 @@ def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
         "stopped": result.stopped,
         "sim_end_h": result.end_s / HOUR,
         **_loaning(result),
+        **_per_type(result, start, end),
     }
+
+
+def _per_type(result: SimResult, start: float, end: float) -> dict[str, Any]:
+    """Typed clusters: each GPU type's time-averaged allocated fraction over the measured span
+    (`gpu_util_by_type`: type -> fraction; "" = untyped servers). Nothing on untyped ones."""
+    if not result.gpu_types:
+        return {}
+    util = _time_average(result.type_timeline, list(result.type_gpus), start, end)
+    return {"gpu_util_by_type": dict(zip(result.gpu_types, util))}
 
 
 def _loaning(result: SimResult) -> dict[str, Any]:
@@ -98,12 +108,15 @@ def _capacities(result: SimResult) -> list[float]:
 def average_utilisation(result: SimResult, start: float, end: float) -> tuple[float, ...]:
     """Time-averaged fractions on [start, end] of the step function `result.timeline`:
     (gpu, cpu, mem allocated, cpu used, mem used), the USAGE_COLUMNS order."""
-    cap = _capacities(result)
+    return _time_average(result.timeline, _capacities(result), start, end)
+
+
+def _time_average(rows: list[tuple[float, ...]], cap: list[float], start: float, end: float) -> tuple[float, ...]:
+    """Time-averaged fractions of `cap` on [start, end] of a step function (time, *values)."""
     n = len(cap)
     if end <= start:
         return (0.0,) * n
     acc = [0.0] * n
-    rows = result.timeline
     for i, (t, *vals) in enumerate(rows):
         t_next = rows[i + 1][0] if i + 1 < len(rows) else max(end, t)
         lo, hi = max(t, start), min(t_next, end)

@@ -30,8 +30,13 @@ def describe(prep: Prepared) -> str:
     total = prep.cluster.total
     loaning = (f"; {s.inference_servers} inference servers ({s.inference_trace}) loaning"
                if s.inference_servers else "") + (f"; {s.elastic_share:g} of jobs elastic" if s.elastic_share else "")
-    return (f"{len(w.jobs)} {kind} jobs ({origin}); {int(total.gpus)} GPUs on {s.servers} servers "
-            f"({s.cpus_per_server:g} CPUs, {s.mem_per_server:g} GB each){loaning}; policy {s.policy}; "
+    if s.cluster_file:
+        shape = f"{int(total.gpus)} GPUs on {len(prep.cluster.servers)} servers ({s.cluster_file})"
+        shape += f"; {s.typed_share:g} of jobs restricted to one type" if s.typed_share else ""
+    else:
+        shape = (f"{int(total.gpus)} GPUs on {s.servers} servers "
+                 f"({s.cpus_per_server:g} CPUs, {s.mem_per_server:g} GB each)")
+    return (f"{len(w.jobs)} {kind} jobs ({origin}); {shape}{loaning}; policy {s.policy}; "
             f"measuring {len(ids)} jobs (ids {ids[0]}..{ids[-1]})")
 
 
@@ -61,6 +66,8 @@ def print_run(prep: Prepared, report: RunReport, console: Console | None = None)
         t.add_row("servers loaned / reclaimed", f"{m['loans']} / {m['reclaims']}")
         t.add_row("jobs preempted by reclaims", str(m["preemptions"]))
         t.add_row("loaned GPUs busy", fmt_frac(m["loaned_gpu_util"]))
+    for gpu_type, util in m.get("gpu_util_by_type", {}).items():
+        t.add_row(f"GPU allocated, {gpu_type or 'untyped'}", fmt_frac(util))
     t.add_row("jobs measured", str(m["jobs_measured"]))
     if m["jobs_unfinished"]:
         t.add_row("measured jobs unfinished", str(m["jobs_unfinished"]))
@@ -92,6 +99,9 @@ def comparison_table(rows: Sequence[Mapping[str, Any]], baseline: Mapping[str, A
     t.add_row("avg queueing delay (h)", *(fmt_h(m["avg_queue_delay_h"]) for m in rows))
     for key, title in UTILISATION:
         t.add_row(title, *(fmt_frac(m[key]) for m in rows))
+    for gpu_type in rows[0].get("gpu_util_by_type", {}) if rows else ():
+        t.add_row(f"GPU allocated, {gpu_type or 'untyped'}",
+                  *(fmt_frac(m.get("gpu_util_by_type", {}).get(gpu_type)) for m in rows))
     t.add_row("jobs measured", *(str(m["jobs_measured"]) for m in rows))
     t.add_row("migrations (per round, per job)", *(fmt_migrations(m) for m in rows))
     t.add_row("wall time (s)", *(f"{m['wall_s']:.1f}" for m in rows))

@@ -112,7 +112,8 @@ def _mean_by(rows: list[dict[str, Any]], load: float, mech: str, key: str) -> li
 
 def _kind(spec: RunSpec) -> str:
     return (f"{spec.policy.upper()}, {'multi' if spec.multi_gpu else 'single'}-GPU, "
-            f"split {','.join(map(str, spec.split))}, {spec.servers * spec.gpus_per_server} GPUs")
+            f"split {','.join(map(str, spec.split))}, "
+            + (spec.cluster_file if spec.cluster_file else f"{spec.servers * spec.gpus_per_server} GPUs"))
 
 
 def _plot_avg_jct(plt: Any, path: Path, rows: list[dict[str, Any]], loads: Sequence[float],

@@ -225,6 +225,34 @@ def make_elastic(jobs: Sequence[Job], share: float, seed: int) -> list[Job]:
     return out
 
 
+def restrict_types(jobs: Sequence[Job], share: float, cluster: Cluster, seed: int) -> list[Job]:
+    """Restrict about `share` of the jobs to one GPU type each, the same ones for a seed: a
+    type drawn in proportion to its GPUs among the types with enough GPUs for the job
+    (`synergy-sim --typed-share`). Untyped clusters have nothing to restrict to."""
+    if not 0.0 <= share <= 1.0:
+        raise SimInputError(f"--typed-share must be between 0 and 1, got {share}")
+    types = [t for t in cluster.gpu_types if t]
+    if not types:
+        raise SimInputError("--typed-share needs a cluster with GPU types (--cluster FILE)")
+    gpus = {t: cluster.of_type(t).total.gpus for t in types}
+    rng = np.random.default_rng([seed, 11])
+    out = []
+    for job in sorted(jobs, key=lambda j: j.id):
+        u, v = rng.random(), rng.random()
+        fits = [t for t in types if gpus[t] >= job.gpus]
+        if u < share and fits:
+            total = sum(gpus[t] for t in fits)
+            acc, pick = 0.0, fits[-1]
+            for t in fits:
+                acc += gpus[t] / total
+                if v < acc:
+                    pick = t
+                    break
+            job = replace(job, gpu_types=frozenset({pick}))
+        out.append(job)
+    return out
+
+
 def default_measure_window(ids: Sequence[int]) -> frozenset[int]:
     """The paper's steady state scaled to the trace: jobs 4000:5000 of 6000 is positions
     [2/3, 5/6) of the trace in job-id order."""
