@@ -53,9 +53,12 @@ def can_share(job: Job) -> bool:
 def pair_weight(pairs: PairTable, host: Job, guest: Job) -> float:
     """The edge weight of (host, guest): their combined normalised throughput when it is
     above MIN_COMBINED and their GPU counts are equal; 0 (no edge) otherwise."""
-    if host.gpus != guest.gpus:
-        return 0.0
-    w = pairs.combined(host.model, guest.model)
+    return _gain(pairs, host.model, guest.model) if host.gpus == guest.gpus else 0.0
+
+
+def _gain(pairs: PairTable, a: str, b: str) -> float:
+    """The combined normalised throughput of models a and b when above MIN_COMBINED, else 0."""
+    w = pairs.combined(a, b)
     return w if w > MIN_COMBINED + EPS else 0.0
 
 
@@ -147,6 +150,15 @@ def _fit(guest: Job, host: Allocation, free: Mapping[str, Resources], demand: _D
     return None
 
 
+def _room(host: Allocation, free: Mapping[str, Resources]) -> tuple[float, float]:
+    """The most CPUs and GB per GPU a guest of `host` can get: a guest wanting (c, m) per
+    GPU fits iff c and m are within it on every one of the host's servers."""
+    gpus: dict[str, int] = defaultdict(int)
+    for p in host.placements:
+        gpus[p.server_id] += p.gpus
+    return (min(free[sid].cpus / g for sid, g in gpus.items()), min(free[sid].mem_gb / g for sid, g in gpus.items()))
+
+
 def _match(
     hosts: Sequence[Job], guests: Sequence[Job], allocations: Mapping[int, Allocation],
     free: Mapping[str, Resources], demand: _Demand, pairs: PairTable,
@@ -163,26 +175,30 @@ def _match(
     pairs_out: list[tuple[Job, Job]] = []
     for gpus in sorted(rows_by_gpus):
         rows = rows_by_gpus[gpus]
-        cols: list[tuple[int, Job]] = []  # (class index, guest)
         class_keys = [k for k in classes if k[0] == gpus]
-        weights_by_class = []
+        if not class_keys:
+            continue
+        rooms = np.array([_room(allocations[h.id], free) for h in rows]).reshape(len(rows), 2)
+        models = sorted({h.model for h in rows})
+        row_model = np.array([models.index(h.model) for h in rows])
+        cols: list[tuple[int, Job]] = []  # (class index, guest)
+        weights_by_class: list[np.ndarray] = []
         for ci, key in enumerate(class_keys):
             members = classes[key]
             sample = members[0]
-            w = np.array([
-                pair_weight(pairs, h, sample) if _fit(sample, allocations[h.id], free, demand) is not None else 0.0
-                for h in rows
-            ])
-            if not (w > 0).any():
-                weights_by_class.append(None)
-                continue
+            by_model = np.array([_gain(pairs, m, sample.model) for m in models])
+            w = by_model[row_model]
+            fits = np.zeros(len(rows), dtype=bool)
+            for c, m in demand.of(sample):
+                fits |= (rooms[:, 0] >= c - EPS) & (rooms[:, 1] >= m - EPS)
+            w = np.where(fits, w, 0.0)
             weights_by_class.append(w)
-            cols.extend((ci, g) for g in members[: int((w > 0).sum())])
+            k = int((w > 0).sum())
+            cols.extend((ci, g) for g in members[:k])
         if not cols:
             continue
-        matrix = np.zeros((len(rows), len(cols)))
-        for k, (ci, _) in enumerate(cols):
-            matrix[:, k] = weights_by_class[ci]
+        per_class = np.stack(weights_by_class, axis=1)  # rows x classes
+        matrix = per_class[:, [ci for ci, _ in cols]]
         matched = max_weight_pairs(matrix)
         # Guests of one class are interchangeable: the class's best-ranked guests go to its
         # best-ranked hosts, whichever columns the solver happened to pick.
