@@ -239,3 +239,74 @@ def test_matching_weight_equals_brute_force(scenario) -> None:
     got = sum(pair_weight(pairs, by_id[a.packed_with], by_id[jid])
               for jid, a in out.allocations.items() if a.packed_with is not None)
     assert got == pytest.approx(_brute_force(hosts, guests, pairs), abs=1e-9)
+
+
+# -- the pair table --------------------------------------------------------------------------------
+def test_pair_table_lookups_in_either_order() -> None:
+    t = table(("a", "x", 0.8, 0.7))
+    assert t.get("x", "a") == (0.7, 0.8) and t.throughput("a", "x") == 0.8 and t.combined("x", "a") == 1.5
+    assert t.get("a", "y") is None and t.combined("a", "y") == 0.0
+
+
+@pytest.mark.parametrize("items, needle", [
+    ({"models": ["a"], "throughput": [0.5, 0.5]}, "pairs[0]: field 'models' must be two model names"),
+    ({"models": ["a", "b"], "throughput": [0.5, 1.2]}, "pairs[0] ('a', 'b'): field 'throughput' must be two numbers in [0, 1]"),
+    ({"models": ["a", "b"], "throughput": [0.5, "x"]}, "field 'throughput'"),
+    ({"models": ["a", "a"], "throughput": [0.5, 0.6]}, "pairs[0] ('a', 'a'): a model paired with itself"),
+    ("nope", "pairs[0]: expected an object"),
+])
+def test_bad_pair_entries_name_the_entry(items, needle) -> None:
+    from synergy.scheduler.profiles.format import ProfileError
+    from synergy.scheduler.profiles.pairs import parse_pairs
+
+    with pytest.raises(ProfileError) as err:
+        parse_pairs([items], origin="p.json")
+    assert str(err.value).startswith("p.json: ") and needle in str(err.value)
+
+
+def test_duplicate_pair_in_reverse_order_is_an_error() -> None:
+    from synergy.scheduler.profiles.format import ProfileError
+    from synergy.scheduler.profiles.pairs import parse_pairs
+
+    with pytest.raises(ProfileError, match=r"pairs\[1\] \('b', 'a'\): the pair is already listed at pairs\[0\]"):
+        parse_pairs([{"models": ["a", "b"], "throughput": [0.6, 0.6]},
+                     {"models": ["b", "a"], "throughput": [0.6, 0.6]}], origin="p.json")
+
+
+def test_pairs_load_from_the_profile_file_and_round_trip(tmp_path) -> None:
+    import json
+
+    from synergy.scheduler.profiles.pairs import load_pairs, parse_pairs
+
+    t = table(("a", "x", 0.8, 0.7), ("a", "a", 0.55, 0.55))
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": "synergy-profile/v1", "models": {}, "pairs": t.to_list()}))
+    assert load_pairs(path) == t == parse_pairs(t.to_list())
+
+
+def test_class_rule_covers_every_model_pair_by_task() -> None:
+    from synergy.scheduler.profiles.pairs import DEFAULT_CLASS_RULE, from_class_rule
+
+    t = from_class_rule(ZOO_LIKE)  # three image models, one language one
+    assert len(t) == 4 * 5 // 2
+    assert t.get("both", "insensitive") == DEFAULT_CLASS_RULE[("image", "language")]
+    assert t.get("insensitive", "both") == DEFAULT_CLASS_RULE[("image", "language")][::-1]
+    assert t.get("insensitive", "insensitive") == DEFAULT_CLASS_RULE[("language", "language")]
+
+
+# -- the simulator: a packed job runs at its speed times its normalised throughput ----------------
+def test_simulator_runs_a_packed_pair_at_its_pair_throughputs() -> None:
+    from synergy.scheduler.simulator.engine import EngineConfig, Simulation
+
+    pairs = table(("a", "x", 0.8, 0.7))
+    cluster = one_server(1)
+    sched = Scheduler(Fifo(), Tune(), pairs=pairs)
+    first = sched.schedule(RoundInput(0.0, cluster, [job(1, "a"), job(2, "x")])).allocations
+    assert guests_of(first) == {2: 1}
+    result = Simulation(sched, cluster, [replace(job(1, "a"), arrival_s=0.0), replace(job(2, "x"), arrival_s=0.0)],
+                        EngineConfig(round_s=600.0)).run()
+    for jid, tput in ((1, 0.8), (2, 0.7)):
+        alone_rate = FLAT.speed(*first[jid].per_gpu) / FLAT.iter_time_s
+        assert result.records[jid].completion_s == pytest.approx(1000.0 / (alone_rate * tput))
+    assert max(row[1] for row in result.timeline) == 1  # one GPU held, by the pair
+    assert result.packed_jobs == 1 and result.packed_job_rounds == 1
