@@ -20,6 +20,9 @@ Then, Tesserae's scale points (§7; it reports under 1.6 s at 256 GPUs / 2048 jo
 TUNE round with migration matching (placement/migration.py) against last round's plan, with
 1-8 GPU jobs, where a tenth of the jobs are new and the policy order changed. Target <= 100 ms
 at 256 GPUs / 2048 jobs; 4096 GPUs / 8192 jobs is printed. `--migration-only` skips the table above.
+The same rows time the whole round with packing too (Tesserae §4.2, placement/packing.py:
+policy + TUNE + packing matching + migration matching, pairs from the task-class rule of
+profiles/pairs.py), with the packing matching's own share and the jobs it packed.
     python benchmarks/round_latency.py --elastic [--gpus 128,512,4096]
 """
 from __future__ import annotations
@@ -33,6 +36,8 @@ from dataclasses import replace
 from synergy.scheduler.elastic.two_phase import decide_sizes
 from synergy.scheduler.model import Cluster, Job, JobKind, RoundInput
 from synergy.scheduler.placement.migration import count_migrations
+from synergy.scheduler.placement.packing import pack
+from synergy.scheduler.profiles.pairs import from_class_rule
 from synergy.scheduler.profiles.zoo import MODELS_BY_TASK, default_profiles
 from synergy.scheduler.registry import build_scheduler
 
@@ -94,7 +99,8 @@ def main() -> None:
     ap.add_argument("--mechanisms", default="proportional,greedy,tune,opt")
     ap.add_argument("--gpus", default="128,512,4096", help="cluster sizes in GPUs")
     ap.add_argument("--multi-gpu", action="store_true", help="mix 1-8 GPU jobs instead of single-GPU jobs")
-    ap.add_argument("--migration-only", action="store_true", help="only the migration-matching scale points")
+    ap.add_argument("--migration-only", action="store_true",
+                    help="only the migration-matching (and packing) scale points")
     ap.add_argument("--elastic", action="store_true", help="time Lyra's elastic round (half the jobs elastic)")
     args = ap.parse_args()
     if args.elastic:
@@ -110,8 +116,11 @@ MIGRATION_POINTS = ((256, 2048), (4096, 8192))
 
 
 def migration_table(repeat: int) -> None:
-    """A round decided against last round's plan, with and without relabelling."""
-    print(f"\n{'GPUs':>6} {'jobs':>6} {'TUNE + matching ms':>19} {'TUNE alone ms':>14} {'moved (off -> on)':>18}")
+    """A round decided against last round's plan, with and without relabelling, and the
+    whole round with packing as well."""
+    print(f"\n{'GPUs':>6} {'jobs':>6} {'TUNE + matching ms':>19} {'TUNE alone ms':>14} {'moved (off -> on)':>18} "
+          f"{'+ packing ms':>13} {'packing alone ms':>17} {'packed':>7}")
+    pairs = from_class_rule(default_profiles())
     for gpus, n in MIGRATION_POINTS:
         cluster = Cluster.homogeneous(gpus // 8, gpus=8, cpus=24, mem_gb=500)
         jobs = make_jobs(n, True, random.Random(gpus))
@@ -130,7 +139,22 @@ def migration_table(repeat: int) -> None:
                 times.append((time.perf_counter() - t0) * 1e3)
             cells.append((statistics.median(times), count_migrations(previous, out.allocations)))
         (on_ms, on_moved), (off_ms, off_moved) = cells
-        print(f"{gpus:>6} {n:>6} {on_ms:>19.2f} {off_ms:>14.2f} {f'{off_moved} -> {on_moved}':>18}")
+        sched = build_scheduler("fifo", "tune", pairs=pairs)
+        whole, alone = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = sched.schedule(inp)
+            whole.append((time.perf_counter() - t0) * 1e3)
+        # The packing pass alone, on the mechanism's plan of this round (what the core packs).
+        plain = build_scheduler("fifo", "tune", migration_matching=False).schedule(inp).allocations
+        ordered = sched.policy.order(jobs, inp.now_s, cluster)
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            pack(plain, ordered, cluster, pairs)
+            alone.append((time.perf_counter() - t0) * 1e3)
+        n_packed = sum(a.packed_with is not None for a in out.allocations.values())
+        print(f"{gpus:>6} {n:>6} {on_ms:>19.2f} {off_ms:>14.2f} {f'{off_moved} -> {on_moved}':>18} "
+              f"{statistics.median(whole):>13.2f} {statistics.median(alone):>17.2f} {n_packed:>7}")
 
 
 def mechanism_table(args: argparse.Namespace) -> None:

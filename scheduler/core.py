@@ -16,7 +16,9 @@ from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Reso
 from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous
+from synergy.scheduler.placement.packing import pack_per_type
 from synergy.scheduler.policies.base import Policy
+from synergy.scheduler.profiles.pairs import PairTable
 
 #: At most this many filter reasons are quoted in one waiting reason.
 MAX_REASONS = 3
@@ -35,6 +37,9 @@ class Scheduler:
     relabel: Relabeller | None = relabel_to_previous
     #: CODA's CPU array: where CPU-only jobs run and how much they borrow (arrays/cpu_array.py).
     cpu_array: CpuArray = CpuArray()
+    #: Tesserae's packing (placement/packing.py): pending jobs share the GPUs of placed ones
+    #: when this pairwise profile says the pair gains; None = no GPU is ever shared.
+    pairs: PairTable | None = None
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans) get their own passes here; this release schedules
@@ -52,9 +57,14 @@ class Scheduler:
             own, loaned = split_loaned(cluster)  # Lyra: loaned servers take loanable jobs only
             if own.servers:
                 out = gpu_types.allocate(self.mechanism, ordered, replace(inp, cluster=own, jobs=ordered))
-                if self.relabel is not None and inp.previous:
-                    out = replace(out, allocations=self.relabel(out.allocations, inp.previous, own))
             out = place_on_loaned(self.mechanism, ordered, inp, loaned, out)
+            # Listing 1: place without sharing first, then pack the jobs still pending onto
+            # placed ones, then relabel servers (a packed pair lives on the same servers, so
+            # renaming moves it together).
+            if self.pairs is not None and own.servers:
+                out = replace(out, allocations=pack_per_type(out.allocations, ordered, own, self.pairs))
+            if self.relabel is not None and inp.previous and own.servers:
+                out = replace(out, allocations=self.relabel(out.allocations, inp.previous, own))
         array = _cpu_array_pass(self.cpu_array, inp, verdicts, out.allocations, kept, cluster)
         allocations = {**array.training, **kept}
         cpu_allocs, cpu_waiting = array.allocations, array.waiting
@@ -95,6 +105,10 @@ def _kept_in_place(
         admits = [verdicts[p.server_id].admit if p.server_id in verdicts else Admit.NONE for p in prev.placements]
         if Admit.HELD in admits and Admit.NONE not in admits:
             kept[job.id] = prev
+    # A packed job kept without its host (gone or finished) holds those GPUs alone now.
+    for jid, alloc in kept.items():
+        if alloc.packed_with is not None and alloc.packed_with not in kept:
+            kept[jid] = replace(alloc, packed_with=None)
     return kept
 
 
@@ -102,8 +116,8 @@ def _open_cluster(cluster: Cluster, verdicts: Mapping[str, Verdict], kept: Mappi
     """The servers that take new work, less what kept jobs hold on them."""
     held: dict[str, Resources] = {}
     for alloc in kept.values():
-        for p in alloc.placements:
-            held[p.server_id] = held.get(p.server_id, Resources()) + p.resources
+        for sid, res in alloc.held:  # a packed pair's GPUs count once
+            held[sid] = held.get(sid, Resources()) + res
     servers = []
     for s in cluster.servers:
         if verdicts[s.id].admit != Admit.ANY or is_cpu_server(s):  # the CPU array's alone

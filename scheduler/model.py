@@ -267,6 +267,15 @@ class Allocation:
         return out
 
     @property
+    def held(self) -> tuple[tuple[str, Resources], ...]:
+        """(server, what this allocation takes from it) per placement: what every check of
+        "is a server over-committed" sums. A packed allocation takes no GPUs of its own (they
+        are its host's, counted once there), only its CPUs and memory."""
+        if self.packed_with is None:
+            return tuple((p.server_id, p.resources) for p in self.placements)
+        return tuple((p.server_id, Resources(0.0, p.cpus, p.mem_gb)) for p in self.placements)
+
+    @property
     def per_gpu(self) -> tuple[float, float]:
         """(CPUs per GPU, GB per GPU): what the sensitivity profile is indexed by."""
         t = self.total

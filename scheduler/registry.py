@@ -18,6 +18,7 @@ from synergy.scheduler.policies.ftf import Ftf
 from synergy.scheduler.policies.las import Las
 from synergy.scheduler.policies.srtf import Srtf
 from synergy.scheduler.policies.tetris import Tetris
+from synergy.scheduler.profiles.pairs import PairTable
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo": Fifo, "srtf": Srtf, "las": Las, "ftf": Ftf, "drf": Drf, "tetris": Tetris,
@@ -46,12 +47,14 @@ def check_scorer(scorer: str | None) -> None:
 
 
 def build_scheduler(
-    policy: str, mechanism: str, scorer: str | None = None, migration_matching: bool = True
+    policy: str, mechanism: str, scorer: str | None = None, migration_matching: bool = True,
+    pairs: PairTable | None = None,
 ) -> Scheduler:
     """The named plug-ins; `scorer` None (or "") keeps each mechanism's own scorer (best fit
     for TUNE and proportional, first fit for GREEDY, alignment for Tetris + GREEDY).
     `migration_matching` False turns off Tesserae's relabelling (placement/migration.py),
-    which is on for every mechanism by default."""
+    which is on for every mechanism by default. `pairs` turns on Tesserae's packing
+    (placement/packing.py) with that pairwise profile; None (the default) never shares a GPU."""
     if policy not in POLICIES:
         raise UnknownNameError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if mechanism not in MECHANISMS:
@@ -63,4 +66,5 @@ def build_scheduler(
     elif policy == "tetris" and mechanism == "greedy":
         # Naive Tetris places by alignment; the tuned variant keeps TUNE's best fit.
         mech = Greedy(scorer=alignment)
-    return Scheduler(POLICIES[policy](), mech, relabel=relabel_to_previous if migration_matching else None)
+    return Scheduler(POLICIES[policy](), mech, relabel=relabel_to_previous if migration_matching else None,
+                     pairs=pairs)

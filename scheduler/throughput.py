@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 from synergy.scheduler.model import Allocation, Cluster, Job
+from synergy.scheduler.profiles.pairs import PairTable
+
+#: The normalised throughput assumed for a packed pair the table does not list.
+UNPROFILED_PAIR_TPUT = 0.5
 
 
 def landed_speed(job: Job, alloc: Allocation, cluster: Cluster) -> float:
@@ -20,6 +24,21 @@ def proportional_per_gpu(cluster: Cluster) -> tuple[float, float]:
 def speed(job: Job, alloc: Allocation) -> float:
     """Relative speed (1.0 = the profile's reference cell) under `alloc`."""
     return job.profile.speed(*alloc.per_gpu)
+
+
+def packed_speed(
+    job: Job, alloc: Allocation, cluster: Cluster, partner: Job | None, pairs: PairTable | None
+) -> float:
+    """Relative speed of `job` under `alloc` sharing its GPUs with `partner` (Tesserae §4.2):
+    its speed alone on the GPU type it landed on (`landed_speed`) times its normalised
+    throughput beside the partner's model. Alone (`partner` None) it is `landed_speed`. An
+    unprofiled pair (a table that changed since the jobs were packed) is taken as an even
+    time-slice, 0.5."""
+    alone = landed_speed(job, alloc, cluster)
+    if partner is None:
+        return alone
+    tput = None if pairs is None else pairs.throughput(job.model, partner.model)
+    return alone * (UNPROFILED_PAIR_TPUT if tput is None else tput)
 
 
 def proportional_speed(job: Job, cluster: Cluster) -> float:

@@ -73,11 +73,11 @@ def run(mechanism, cluster: Cluster, jobs: list[Job]) -> RoundOutput:
 def assert_not_overcommitted(cluster: Cluster, out: RoundOutput) -> None:
     used: dict[str, list[float]] = {s.id: [0.0, 0.0, 0.0] for s in cluster.servers}
     for alloc in out.allocations.values():
-        for p in alloc.placements:
-            u = used[p.server_id]
-            u[0] += p.gpus
-            u[1] += p.cpus
-            u[2] += p.mem_gb
+        for sid, res in alloc.held:  # a packed pair's GPUs count once (Allocation.held)
+            u = used[sid]
+            u[0] += res.gpus
+            u[1] += res.cpus
+            u[2] += res.mem_gb
     for s in cluster.servers:
         g, c, m = used[s.id]
         assert g <= s.capacity.gpus + EPS and c <= s.capacity.cpus + 1e-6 and m <= s.capacity.mem_gb + 1e-6, s.id

@@ -67,6 +67,8 @@ def test_bad_trace_rows(trace_file, body: str, needles: list[str]) -> None:
     (["--gpu-mix", "1:0"], "--gpu-mix"),
     (["--gpu-mix", "64:1", "--servers", "1"], "--gpu-mix"),
     (["--migration-cost-s", "300"], "--migration-cost-s"),
+    (["--pairs", "p.json"], "--pairs is the pair table of packing; add --packing"),
+    (["--packing", "--pairs", "/nonexistent/p.json"], "--pairs: /nonexistent/p.json: cannot read"),
 ])
 def test_bad_flags_exit_2_with_one_line(args: list[str], needle: str) -> None:
     assert needle in one_line_error(sim(*args))
@@ -130,3 +132,22 @@ def test_sweep_writes_csv_and_plots(tmp_path: Path) -> None:
         (load, m, s) for load in ("0.5", "1.0") for m in ("proportional", "tune") for s in ("0", "1")}
     for png in ("avg_jct_vs_load.png", "jct_cdf.png"):
         assert (out_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_packing_run_reports_packed_jobs_and_a_bad_pair_entry_is_one_line(tmp_path: Path) -> None:
+    # One 8-GPU server, a queue: jobs left pending share placed ones' GPUs (rule-generated pairs).
+    args = ["--servers", "1", "--jobs", "60", "--load", "6", "--multi-gpu", "--measure", "0:60"]
+    out = sim(*args, "--packing", "--json")
+    assert out.returncode == 0, out.stderr
+    m = json.loads(out.stdout)
+    assert m["packing"] is True and m["packed_jobs"] > 0 and m["packed_per_round"] > 0
+    assert 0.0 <= m["gpu_util"] <= 1.0  # a pair's GPUs count once
+    off = json.loads(sim(*args, "--json").stdout)
+    assert off["packed_jobs"] == 0
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"format": "synergy-profile/v1", "models": {},
+                               "pairs": [{"models": ["resnet18", "gpt2"], "throughput": [0.7, 2]}]}))
+    line = one_line_error(sim(*args, "--packing", "--pairs", str(bad)))
+    assert "pairs[0] ('resnet18', 'gpt2'): field 'throughput'" in line
+    text = sim(*args, "--packing")
+    assert text.returncode == 0 and "packed jobs per round" in text.stdout

@@ -118,9 +118,9 @@ class _ArrayRound:
         self.order = [s.id for s in cluster.servers if s.id in open_ids]
         self.free = {s.id: s.capacity for s in cluster.servers}
         for alloc in [*training.values(), *fixed.values()]:
-            for p in alloc.placements:
-                if p.server_id in self.free:
-                    self.free[p.server_id] = self.free[p.server_id] - p.resources
+            for sid, res in alloc.held:  # a packed pair's GPUs count once
+                if sid in self.free:
+                    self.free[sid] = self.free[sid] - res
         self.borrowed = {sid: 0.0 for sid in self.free}
         self.training = dict(training)
         self.jobs = training_jobs

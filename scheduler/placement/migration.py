@@ -15,8 +15,10 @@ over the jobs `j` present in both rounds (`old_a[j]`, `new_b[j]`: j's GPUs on th
 Algorithm 3 finds it with a GPU-level assignment inside the node pair; here no two jobs share
 a GPU, so that assignment's optimum is the closed form above (a job keeps min(old, new) of its
 GPUs and moves the rest), which `tests/test_migration.py` checks against the GPU-level
-assignment. A job held whole on one server in both rounds then costs 0 if it keeps its server
-and exactly 1 (0.5 out, 0.5 in) otherwise, so for consolidated jobs the minimum cost is the
+assignment. (A packed pair, placement/packing.py, shares GPUs; Definition 1 as we apply it
+counts GPUs per server, not GPU indices, so the closed form is still the cost minimised, and
+host and guest sit on the same servers, so a rename moves them together.) A job held whole
+on one server in both rounds then costs 0 if it keeps its server and exactly 1 (0.5 out, 0.5 in) otherwise, so for consolidated jobs the minimum cost is the
 minimum number of migrations. A split job whose pieces partly stay costs a fraction: the
 matching minimises Tesserae's cost, which for split jobs can differ from the job count.
 
@@ -31,6 +33,7 @@ cluster's server order; servers the matching leaves free keep their own label wh
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -201,9 +204,9 @@ def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, 
 def _renamed(alloc: Allocation, mapping: Mapping[str, str]) -> Allocation:
     if not any(p.server_id in mapping for p in alloc.placements):
         return alloc
-    return Allocation(
-        alloc.job_id,
-        tuple(
+    return replace(  # keeps `packed_with`: host and guest are renamed alike, so move together
+        alloc,
+        placements=tuple(
             Placement(mapping.get(p.server_id, p.server_id), p.gpus, p.cpus, p.mem_gb) for p in alloc.placements
         ),
     )

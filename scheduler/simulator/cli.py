@@ -115,6 +115,13 @@ def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) ->
     g.add_argument("--migration-cost-s", type=float, default=0.0, metavar="SECONDS",
                    help="work a job redoes each time it migrates (its GPUs change between rounds); "
                         "below --round-s (default 0: migration is free)")
+    g.add_argument("--packing", action="store_true",
+                   help="Tesserae's packing: jobs left pending share the GPUs of placed ones (same GPU count, "
+                        "at most two per GPU) when their pair's combined normalised throughput is above 1; "
+                        "a max-weight matching each round (off by default)")
+    g.add_argument("--pairs", default=None, metavar="FILE",
+                   help="with --packing: the pair table of this profile file (its \"pairs\" list, "
+                        "docs/profiles.md); default: generated from the models' task classes")
     g.add_argument("--round-s", type=float, default=DEFAULT_ROUND_S,
                    help=f"scheduling round length in seconds (default {DEFAULT_ROUND_S:g})")
     g.add_argument("--opt-placement-limit", type=float, default=DEFAULT_OPT_PLACEMENT_LIMIT, metavar="SECONDS",
@@ -285,6 +292,8 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         inference_trace=args.inference_trace,
         checkpoint_s=args.checkpoint_s,
         elastic_share=args.elastic_share,
+        packing=args.packing,
+        pairs=args.pairs,
     )
 
 

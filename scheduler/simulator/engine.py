@@ -41,7 +41,8 @@ from synergy.scheduler.loaning.orchestrator import rebalance
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
 from synergy.scheduler.simulator.inference import InferencePool
 from synergy.scheduler.placement.migration import migrated
-from synergy.scheduler.throughput import iterations_per_s, landed_speed
+from synergy.scheduler.profiles.pairs import PairTable
+from synergy.scheduler.throughput import iterations_per_s, packed_speed
 
 #: Columns of a `SimResult.timeline` row after its time: allocated GPUs, CPUs and GB, then
 #: the CPUs and GB the running jobs can actually use (their allocation capped at saturation).
@@ -124,12 +125,16 @@ class SimResult:
     gpu_types: tuple[str, ...] = ()
     type_gpus: tuple[float, ...] = ()
     type_timeline: list[tuple[float, ...]] = field(default_factory=list)
+    #: Packing (Tesserae §4.2): the sum over rounds passed of jobs packed onto another's
+    #: GPUs, and the jobs that ever were.
+    packed_job_rounds: int = 0
+    packed_jobs: int = 0
 
 
 class _Running:
     """A job holding an allocation: its progress line and what it holds."""
 
-    __slots__ = ("job", "rate", "t0", "done0", "att0", "finish", "k_done", "held", "alloc", "started")
+    __slots__ = ("job", "rate", "t0", "done0", "att0", "finish", "k_done", "held", "alloc", "started", "partner")
 
     def __init__(self, job: Job, t0: float) -> None:
         self.job = job
@@ -143,6 +148,8 @@ class _Running:
         self.alloc: Allocation | None = None
         #: When it last (re)started: its checkpoints fall every `checkpoint_s` from here.
         self.started = t0
+        #: The job sharing its GPUs (packing), as host or guest; None alone.
+        self.partner: Job | None = None
 
     def rebase(self, t: float) -> None:
         self.done0 += self.rate * (t - self.t0)
@@ -179,6 +186,9 @@ class Simulation:
         #: are not written into the Jobs before each call (they are at every completion).
         self.progress_blind = config.memoise and self.order_only and self.static_order
         self.migrations = 0
+        self.pairs: PairTable | None = scheduler.pairs
+        self.packed_now = 0
+        self.packed_ever: set[int] = set()
         # Capacity loaning: the training servers, and the inference servers on loan now.
         self.training = cluster
         self.loaned: tuple[str, ...] = ()
@@ -208,6 +218,7 @@ class Simulation:
         rounds = decisions = 0
         stopped, end_s = "completed", 0.0
         p, k = 0, 0
+        packed_job_rounds = 0
 
         while left > 0:
             t = k * R
@@ -268,6 +279,7 @@ class Simulation:
                 k_next = k + 1
             k_next = min(k_next, max(k + 1, k_limit))
             rounds += k_next - k
+            packed_job_rounds += self.packed_now * (k_next - k)
             if self.loan_stats is not None:
                 self._account_loaned(t, k_next * R, running)
 
@@ -298,7 +310,8 @@ class Simulation:
         if stopped == "time_limit":
             end_s = max(end_s, k * R)
         return SimResult(self.records, self.capacity, timeline, end_s, rounds, decisions, stopped, unfinished,
-                         self.migrations, self.loan_stats, self.gpu_types, self.type_gpus, self.type_timeline)
+                         self.migrations, self.loan_stats, self.gpu_types, self.type_gpus, self.type_timeline,
+                         packed_job_rounds, len(self.packed_ever))
 
     # -- helpers -----------------------------------------------------------------------------
     def _boundary(self, t: float) -> int:
@@ -373,6 +386,13 @@ class Simulation:
     def _apply(self, out: RoundOutput, t: float, active: dict[int, Job],
                running: dict[int, _Running], timeline: list[tuple[float, ...]]) -> None:
         allocs = out.allocations
+        partners: dict[int, Job] = {}
+        for jid, alloc in allocs.items():
+            if alloc.packed_with is not None and alloc.packed_with in active:
+                partners[jid] = active[alloc.packed_with]
+                partners[alloc.packed_with] = active[jid]
+                self.packed_ever.add(jid)
+        self.packed_now = sum(1 for a in allocs.values() if a.packed_with is not None)
         for jid in [jid for jid in running if jid not in allocs]:
             r = running.pop(jid)  # preempted: progress stops here
             r.rebase(t)
@@ -387,10 +407,13 @@ class Simulation:
                 if rec.first_start_s is None:
                     rec.first_start_s = t
             moved = r.alloc is not None and migrated(r.alloc.placements, alloc.placements)
-            if alloc != r.alloc:  # an unchanged allocation keeps its rate and progress line
+            partner = partners.get(jid)
+            # An unchanged allocation and partner keep the job's rate and progress line.
+            if alloc != r.alloc or partner is not r.partner:
                 r.alloc = alloc
+                r.partner = partner
                 r.held = _usage(r.job, alloc, self.cluster)
-                rate = _rate(r.job, alloc, self.cluster)
+                rate = _rate(r.job, alloc, self.cluster, partner, self.pairs)
                 if rate != r.rate:
                     r.rebase(t)
                     r.rate = rate
@@ -439,12 +462,14 @@ class Simulation:
         r.k_done = self._boundary(r.finish)
 
 
-def _rate(job: Job, alloc: Allocation, cluster: Cluster) -> float:
+def _rate(job: Job, alloc: Allocation, cluster: Cluster, partner: Job | None, pairs: PairTable | None) -> float:
     """Iterations per second; a CPU-only job's iterations are seconds at what it asked for
-    (the CPU array gives it exactly that or nothing: simulator/cpu_jobs.py)."""
+    (the CPU array gives it exactly that or nothing: simulator/cpu_jobs.py). A job sharing
+    its GPUs runs at `packed_speed` until the next boundary, even if its partner completes
+    before it (the partner's share of the GPUs stays idle until then, like its resources)."""
     if job.kind == JobKind.CPU_ONLY:
         return 1.0
-    return iterations_per_s(job, landed_speed(job, alloc, cluster))
+    return iterations_per_s(job, packed_speed(job, alloc, cluster, partner, pairs))
 
 
 def _usage(job: Job, alloc: Allocation, cluster: Cluster) -> Usage:
@@ -454,13 +479,11 @@ def _usage(job: Job, alloc: Allocation, cluster: Cluster) -> Usage:
     smallest cell within 1% of saturation) extra CPUs and memory buy it nothing. GPUs are
     always fully used by the job holding them, so they have no separate "used" column.
     """
-    g = c = m = 0.0
-    for p in alloc.placements:
-        g += p.gpus
-        c += p.cpus
-        m += p.mem_gb
+    t = alloc.total
+    g, c, m = t.gpus, t.cpus, t.mem_gb
     if job.kind == JobKind.CPU_ONLY:  # it uses all it asked for
         return g, c, m, c, m
     landed = cluster.gpu_type_of(alloc.placements[0].server_id) if alloc.placements else ""
     c_sat, m_sat = job.profile.on(landed).best_case()  # a faster GPU type may want more
-    return g, c, m, min(c, c_sat * g), min(m, m_sat * g)
+    held_g = 0.0 if alloc.packed_with is not None else g  # a packed job's GPUs are its host's
+    return held_g, c, m, min(c, c_sat * g), min(m, m_sat * g)

@@ -18,6 +18,7 @@ from synergy.scheduler.arrays.cpu_array import CpuArray
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.model import Cluster, Job, Resources, Server, ServerPool
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
+from synergy.scheduler.profiles.pairs import PAIRS_KEY, PairTable, from_class_rule, load_pairs
 from synergy.scheduler.registry import MECHANISMS, POLICIES, build_scheduler
 from synergy.scheduler.simulator.engine import (
     DEFAULT_MAX_TIME_S,
@@ -113,6 +114,10 @@ class RunSpec:
     cluster_file: str | None = None
     #: Fraction of jobs restricted to one GPU type (workload.restrict_types).
     typed_share: float = 0.0
+    #: Tesserae's packing (placement/packing.py), with the pair table of the `pairs` profile
+    #: file, or one generated from the task-class rule (profiles/pairs.py) when None.
+    packing: bool = False
+    pairs: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ class Prepared:
     #: CPU-only jobs (none unless the spec asks for them); never measured for GPU metrics.
     cpu_trace: tuple[CpuTraceJob, ...] = ()
     inference: InferencePool | None = None
+    #: The pairwise packing profile; None = packing off.
+    pairs: PairTable | None = None
 
 
 @dataclass
@@ -190,6 +197,8 @@ def _check_spec(spec: RunSpec) -> None:
         raise SimInputError(f"--typed-share must be between 0 and 1, got {spec.typed_share}")
     if not 0.0 <= spec.elastic_share <= 1.0:
         raise SimInputError(f"--elastic-share must be between 0 and 1, got {spec.elastic_share}")
+    if spec.pairs is not None and not spec.packing:
+        raise SimInputError("--pairs is the pair table of packing; add --packing")
     check_names(spec.policy, [spec.mechanism])
 
 
@@ -211,17 +220,34 @@ def load_cluster(spec: RunSpec) -> Cluster:
     return Cluster(servers + cpu)
 
 
-def build(spec: RunSpec) -> Scheduler:
-    """The spec's policy and mechanism from the registry, with OPT's placement budget applied.
+def build(spec: RunSpec, pairs: PairTable | None = None) -> Scheduler:
+    """The spec's policy and mechanism from the registry, with OPT's placement budget applied
+    and packing on with `pairs` (None: off).
 
     The registry builds OPT with its library defaults (what the daemon runs); the simulator
     only overrides `placement_limit`, keeping every other setting the registry chose.
     """
-    scheduler = build_scheduler(spec.policy, spec.mechanism, spec.scorer, spec.migration_matching)
+    scheduler = build_scheduler(spec.policy, spec.mechanism, spec.scorer, spec.migration_matching, pairs)
     if spec.mechanism == "opt":
         mechanism = replace(scheduler.mechanism, placement_limit=spec.opt_placement_limit)  # type: ignore[type-var]
         scheduler = replace(scheduler, mechanism=mechanism)
     return replace(scheduler, cpu_array=CpuArray(spec.borrow_fraction, spec.trim_training))
+
+
+def pair_table(spec: RunSpec, profiles: Mapping[str, SensitivityProfile]) -> PairTable | None:
+    """The run's packing profile: the `--pairs` file's, else the task-class rule over the
+    run's models; None without packing."""
+    if not spec.packing:
+        return None
+    if spec.pairs is None:
+        return from_class_rule(profiles)
+    try:
+        table = load_pairs(spec.pairs)
+    except ProfileError as exc:
+        raise SimInputError(f"--pairs: {exc}") from None
+    if not len(table):
+        raise SimInputError(f"--pairs {spec.pairs}: the file has no {PAIRS_KEY!r} entries")
+    return table
 
 
 def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
@@ -231,6 +257,7 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
     if spec.typed_share > 0 and not any(cluster.gpu_types):
         raise SimInputError("--typed-share needs a cluster with GPU types (--cluster FILE)")
     ps = profile_set if profile_set is not None else zoo_profiles(spec.profiles)
+    pairs = pair_table(spec, ps.profiles)
     if spec.trace is not None:
         workload = read_trace(spec.trace, ps.profiles, int(cluster.total.gpus))
     else:
@@ -261,7 +288,7 @@ def prepare(spec: RunSpec, profile_set: ProfileSet | None = None) -> Prepared:
     if spec.inference_servers > 0:
         one = cluster.servers[0].capacity
         inference = build_pool(spec.inference_servers, spec.inference_trace, one, spec.checkpoint_s)
-    return Prepared(spec, cluster, ps, workload, measured, cpu, inference)
+    return Prepared(spec, cluster, ps, workload, measured, cpu, inference, pairs)
 
 
 def _gpu_jobs(prep: Prepared, spec: RunSpec) -> list[Job]:
@@ -277,7 +304,7 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
     """Run one mechanism (default: the spec's) over the prepared workload."""
     spec = prep.spec if mechanism is None else replace(prep.spec, mechanism=mechanism)
     check_names(spec.policy, [spec.mechanism])
-    scheduler = build(spec)
+    scheduler = build(spec, prep.pairs)
     config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s,
                           prep.inference)
     t0 = clock()
@@ -296,6 +323,7 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
         "migration_cost_s": spec.migration_cost_s,
         "inference_servers": spec.inference_servers,
         "elastic_share": spec.elastic_share,
+        "packing": spec.packing,
     }
     metrics.update(summarise(result, prep.measured))
     if prep.cpu_trace:

@@ -70,6 +70,10 @@ def summarise(result: SimResult, measured: frozenset[int]) -> dict[str, Any]:
         "migrations": result.migrations,
         "migrations_per_round": result.migrations / result.rounds if result.rounds else 0.0,
         "migrations_per_job": float(np.mean([r.migrations for r in recs])) if recs else None,
+        # Tesserae's packing: jobs sharing another's GPUs, per round passed with jobs, and
+        # how many jobs ever did (over the whole run).
+        "packed_per_round": result.packed_job_rounds / result.rounds if result.rounds else 0.0,
+        "packed_jobs": result.packed_jobs,
         "decisions": result.decisions,
         "stopped": result.stopped,
         "sim_end_h": result.end_s / HOUR,

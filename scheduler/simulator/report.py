@@ -72,6 +72,8 @@ def print_run(prep: Prepared, report: RunReport, console: Console | None = None)
     if m["jobs_unfinished"]:
         t.add_row("measured jobs unfinished", str(m["jobs_unfinished"]))
     t.add_row("migrations (per round, per job)", fmt_migrations(m))
+    if m.get("packing"):
+        t.add_row("packed jobs per round (jobs ever packed)", f"{m['packed_per_round']:.2f} ({m['packed_jobs']})")
     t.add_row("rounds (core calls)", f"{m['rounds']} ({m['decisions']})")
     t.add_row("wall time (s)", f"{m['wall_s']:.1f}")
     console.print(t)
