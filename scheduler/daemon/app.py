@@ -65,6 +65,7 @@ class Logic:
         reconciler = Reconciler(ctx, jobs)
         nodes = NodeBook(ctx, jobs, reconciler)
         rounds = RoundLoop(ctx, jobs, nodes)
+        nodes.loans.core_jobs = rounds.core_jobs  # a reclaim reads elastic ranges as the rounds do
         profiling = ProfilingBook(ctx, jobs, lambda: rounds.snapshot()[0])
         return cls(ctx, jobs, reconciler, nodes, LeaseBook(ctx, jobs), rounds, profiling)
 

@@ -5,34 +5,45 @@ inference nodes to training and reclaims a number of them when its load rises. A
 node is a LOANED server to the core, which gives it to loanable jobs only. A reclaim picks
 the nodes with `plan_reclaim` (fewest preempted jobs), moves them to the INFERENCE pool at
 once (no new work), and asks their jobs to stop through the normal lease path (STOP,
-checkpoint, exit 75, requeue); a job still there at the deadline is preempted. The pool
-and the deadline are persisted, so a daemon restart finishes a reclaim under way.
+checkpoint, exit 75). A preempted job is requeued; an elastic job the plan scales in takes
+the rescale path instead: it is relaunched at once at its new size on the nodes it keeps
+(`shrunk_allocation`), as a round's rescale would. A job still on a returned node at the
+deadline is preempted (and a scaled-in one relaunched all the same). The pool and the
+deadline are persisted, so a daemon restart finishes a reclaim under way.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
 
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import InvalidArgument, NotFound
-from synergy.scheduler.daemon.jobs import JobBook
+from synergy.scheduler.daemon.jobs import JobBook, fmt_placements
 from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.daemon.records import NodeRecord
-from synergy.scheduler.loaning.reclaim import plan_reclaim
-from synergy.scheduler.model import Allocation, Server, ServerPool
+from synergy.scheduler.daemon.records import JobRecord, NodeRecord
+from synergy.scheduler.loaning.reclaim import plan_reclaim, shrunk_allocation
+from synergy.scheduler.model import Allocation, Job, Server, ServerPool
+
+#: The round loop's JobRecord -> core Job (`RoundLoop.core_jobs`): what tells a reclaim
+#: which jobs are elastic and their ranges, exactly as the rounds size them.
+CoreJobs = Callable[[Sequence[JobRecord]], Mapping[int, Job]]
 
 
 @dataclass(frozen=True)
 class Reclaimed:
     nodes: tuple[NodeRecord, ...]
     preempted: tuple[int, ...]
+    #: Elastic jobs scaled in instead: job id -> the GPUs it relaunches at.
+    shrunk: Mapping[int, int] = field(default_factory=dict)
 
 
 class LoanBook:
-    def __init__(self, ctx: DaemonContext, jobs: JobBook) -> None:
+    def __init__(self, ctx: DaemonContext, jobs: JobBook, core_jobs: CoreJobs | None = None) -> None:
         self.ctx = ctx
         self.jobs = jobs
+        #: None: no job is taken for elastic, every job on a returned node is preempted.
+        self.core_jobs = core_jobs
 
     def loan(self, node_ids: Sequence[str]) -> list[NodeRecord]:
         """Put the nodes in the LOANED pool (all or nothing; loaning a loaned node is a no-op)."""
@@ -60,7 +71,8 @@ class LoanBook:
             return new
 
     def reclaim(self, count: int, deadline_s: float, reason: str) -> Reclaimed:
-        """Hand `count` loaned nodes back, preempting the fewest jobs (Lyra §4)."""
+        """Hand `count` loaned nodes back, preempting the fewest jobs (Lyra §4) and scaling
+        in the elastic ones that keep their minimum on other nodes."""
         if not math.isfinite(deadline_s) or deadline_s < 0:
             raise InvalidArgument("deadline_s", f"must be a number of seconds >= 0, got {deadline_s}")
         ctx = self.ctx
@@ -72,7 +84,8 @@ class LoanBook:
             placed = [j for j in ctx.store.active_jobs() if j.placed]
             allocations = {j.id: Allocation(j.id, tuple(j.placements)) for j in placed}
             servers = [Server(n.id, n.allocatable, pool=ServerPool.LOANED) for n in loaned]
-            plan = plan_reclaim(servers, allocations, count)
+            core = self.core_jobs(placed) if self.core_jobs is not None else None
+            plan = plan_reclaim(servers, allocations, count, jobs=core)
             back = set(plan.servers)
             deadline = now + (deadline_s or ctx.config.stop_timeout)
             nodes = [replace(n, pool=ServerPool.INFERENCE, reclaim_deadline=deadline) for n in loaned if n.id in back]
@@ -80,14 +93,20 @@ class LoanBook:
             why = f"node reclaimed by inference: {reason or 'no reason given'}"
             changes = []
             for job in placed:
-                if job.id in plan.preempted:
+                if job.id in plan.shrunk:
+                    # The rescale path of a round (rounds.py): a migration to the kept nodes.
+                    kept = shrunk_allocation(allocations[job.id], back, plan.shrunk[job.id]).placements
+                    moving = replace(job, migrations=job.migrations + 1)
+                    note = f"{why}; scaling in to {plan.shrunk[job.id]} GPUs on {fmt_placements(kept)}"
+                    changes.append((job, self.jobs.request_stop(moving, note, kept)))
+                elif job.id in plan.preempted:
                     nxt = () if any(p.server_id in back for p in job.next_placements) else job.next_placements
                     changes.append((job, self.jobs.request_stop(job, why, nxt)))
             if changes:
                 ctx.save_jobs(changes)
             event(ctx.log, "nodes.reclaimed", nodes=sorted(back), preempted=sorted(plan.preempted),
-                  deadline_s=round(deadline - now, 1))
-            return Reclaimed(tuple(nodes), tuple(sorted(plan.preempted)))
+                  shrunk={str(j): g for j, g in sorted(plan.shrunk.items())}, deadline_s=round(deadline - now, 1))
+            return Reclaimed(tuple(nodes), tuple(sorted(plan.preempted)), dict(sorted(plan.shrunk.items())))
 
     def enforce(self) -> int:
         """Preempt jobs still on a reclaimed node past its deadline; close finished reclaims."""

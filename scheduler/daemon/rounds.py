@@ -207,6 +207,12 @@ class RoundLoop:
         event(self.ctx.log, "job.resized", job=job.id, round=r, placements=fmt_placements(new_place))
         return _resized(job, new_place, r)
 
+    def core_jobs(self, records: Sequence[JobRecord]) -> dict[int, Job]:
+        """The jobs as the core sees them now, by id (caller holds the lock): what a reclaim
+        reads the elastic ranges from (daemon/loaning.py)."""
+        cluster = self.cluster()
+        return {j.id: self._core_job(j, cluster) for j in records}
+
     def _core_job(self, job: JobRecord, cluster: Cluster) -> Job:
         live = self.jobs.progress(job)
         steps, _, attained = live if live is not None else (job.steps_done, 0.0, job.attained_gpu_s)

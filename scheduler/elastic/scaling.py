@@ -29,6 +29,12 @@ def sizes(job: Job) -> range:
     return range(int(job.min_gpus), int(job.max_gpus) + 1, step)
 
 
+def scale(job: Job, gpus: float) -> float:
+    """How many times its profile's rate a job makes at `gpus` GPUs: gpus / job.gpus for an
+    elastic job (linear scaling, §5), 1 for any other (it runs at its size or not at all)."""
+    return gpus / job.gpus if is_elastic(job) and job.gpus > 0 else 1.0
+
+
 def gpu_seconds_left(job: Job, relative_speed: float) -> float:
     """Remaining work in GPU-seconds: the time to finish at g GPUs is this over g."""
     rate = iterations_per_s(job, relative_speed)

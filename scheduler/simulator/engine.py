@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from synergy.scheduler.core import Scheduler
+from synergy.scheduler.elastic.scaling import scale
 from synergy.scheduler.loaning.orchestrator import rebalance
+from synergy.scheduler.loaning.reclaim import shrunk_allocation
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
 from synergy.scheduler.simulator.inference import InferencePool
 from synergy.scheduler.placement.migration import migrated
@@ -98,6 +100,8 @@ class LoanStats:
     reclaims: int = 0
     #: Running jobs stopped because a server they used was reclaimed.
     preemptions: int = 0
+    #: Elastic jobs scaled in instead (each also one migration: a rescale's relaunch).
+    shrinks: int = 0
     #: GPU-seconds of loaned servers on loan, and of them the ones jobs held.
     loaned_gpu_s: float = 0.0
     loaned_busy_gpu_s: float = 0.0
@@ -237,9 +241,9 @@ class Simulation:
                 stopped = "time_limit"
                 break
             if cfg.inference is not None:
-                preempted = self._rebalance(t, running, previous)
-                if preempted is not None:
-                    previous = {jid: a for jid, a in previous.items() if jid not in preempted}
+                rebalanced = self._rebalance(t, running, previous)
+                if rebalanced is not None:
+                    previous = rebalanced
                     version += 1
 
             # Decide the round, or prove that the last decision still holds.
@@ -327,37 +331,60 @@ class Simulation:
         return k
 
     def _rebalance(self, t: float, running: dict[int, _Running],
-                   previous: dict[int, Allocation]) -> frozenset[int] | None:
-        """Apply the orchestrator's decision at `t`; the jobs it preempted, None if nothing changed.
+                   previous: dict[int, Allocation]) -> dict[int, Allocation] | None:
+        """Apply the orchestrator's decision at `t`; what the jobs hold after it (the core's
+        `previous`), None if nothing changed.
 
         A preempted job loses the work done since its last checkpoint (one every
         `checkpoint_s` of running since it last started) and waits for the core like any
-        other; the cluster the core sees is the training servers plus those on loan.
+        other. An elastic job the plan scales in keeps running on its kept servers at its
+        new size: a rescale, charged as the core's rescales are (a migration: it redoes
+        `migration_cost_s` of work, counted in the job's and the run's migrations). The
+        cluster the core sees is the training servers plus those on loan.
         """
         pool = self.config.inference
         assert pool is not None and self.loan_stats is not None
         held = {jid: a for jid, a in previous.items() if jid in running}  # completed jobs hold nothing
-        decision = rebalance(pool.servers, self.loaned, pool.demand.at(t), held)
+        jobs = {jid: running[jid].job for jid in held}
+        decision = rebalance(pool.servers, self.loaned, pool.demand.at(t), held, jobs)
         if decision.loaned == self.loaned:
             return None
         stats = self.loan_stats
         stats.loans += len(decision.lent)
-        preempted: frozenset[int] = frozenset()
+        after = dict(held)
         if decision.reclaim is not None:
-            stats.reclaims += len(decision.reclaim.servers)
-            preempted = decision.reclaim.preempted
-            for jid in sorted(preempted):
+            plan = decision.reclaim
+            stats.reclaims += len(plan.servers)
+            for jid in sorted(plan.preempted):
                 r = running.pop(jid, None)
+                after.pop(jid, None)
                 if r is None:
                     continue
                 stats.preemptions += 1
                 r.rebase(t)
                 r.done0 = max(0.0, r.done0 - r.rate * ((t - r.started) % pool.checkpoint_s))
                 r.materialise(t)
+            for jid, gpus in sorted(plan.shrunk.items()):
+                alloc = shrunk_allocation(held[jid], plan.servers, gpus)
+                after[jid] = alloc
+                self._shrink(running[jid], alloc, t)
+                stats.shrinks += 1
         self.loaned = decision.loaned
         on_loan = set(decision.loaned)
         self.cluster = Cluster(self.training.servers + tuple(s for s in pool.servers if s.id in on_loan))
-        return preempted
+        return after
+
+    def _shrink(self, r: _Running, alloc: Allocation, t: float) -> None:
+        """Run `r` on `alloc` from `t` on: a rescale (a migration with its redo cost)."""
+        r.rebase(t)
+        r.alloc = alloc
+        r.held = _usage(r.job, alloc, self.cluster)
+        r.rate = _rate(r.job, alloc, self.cluster, None, self.pairs)  # elastic jobs are never packed
+        r.finish = r.t0 + (r.job.iterations - r.done0) / r.rate if r.rate > 0 else math.inf
+        r.k_done = self._boundary(r.finish)
+        self.migrations += 1
+        self.records[r.job.id].migrations += 1
+        self._redo(r, t)
 
     def _account_loaned(self, t: float, until: float, running: dict[int, _Running]) -> None:
         """Loaned GPU-seconds over [t, until), and those jobs hold (allocations are fixed there)."""
@@ -466,10 +493,11 @@ def _rate(job: Job, alloc: Allocation, cluster: Cluster, partner: Job | None, pa
     """Iterations per second; a CPU-only job's iterations are seconds at what it asked for
     (the CPU array gives it exactly that or nothing: simulator/cpu_jobs.py). A job sharing
     its GPUs runs at `packed_speed` until the next boundary, even if its partner completes
-    before it (the partner's share of the GPUs stays idle until then, like its resources)."""
+    before it (the partner's share of the GPUs stays idle until then, like its resources);
+    an elastic job's scales linearly with the GPUs it holds (`elastic.scaling.scale`)."""
     if job.kind == JobKind.CPU_ONLY:
         return 1.0
-    return iterations_per_s(job, packed_speed(job, alloc, cluster, partner, pairs))
+    return iterations_per_s(job, packed_speed(job, alloc, cluster, partner, pairs)) * scale(job, alloc.total.gpus)
 
 
 def _usage(job: Job, alloc: Allocation, cluster: Cluster) -> Usage:

@@ -100,6 +100,7 @@ def _loaning(result: SimResult) -> dict[str, Any]:
         "loans": stats.loans,
         "reclaims": stats.reclaims,
         "preemptions": stats.preemptions,
+        "shrinks": stats.shrinks,
         "loaned_gpu_util": stats.loaned_busy_gpu_s / stats.loaned_gpu_s if stats.loaned_gpu_s else None,
     }
 

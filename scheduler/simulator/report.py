@@ -64,7 +64,7 @@ def print_run(prep: Prepared, report: RunReport, console: Console | None = None)
         t.add_row(title, fmt_frac(m[key]))
     if "loans" in m:
         t.add_row("servers loaned / reclaimed", f"{m['loans']} / {m['reclaims']}")
-        t.add_row("jobs preempted by reclaims", str(m["preemptions"]))
+        t.add_row("jobs preempted / scaled in by reclaims", f"{m['preemptions']} / {m['shrinks']}")
         t.add_row("loaned GPUs busy", fmt_frac(m["loaned_gpu_util"]))
     for gpu_type, util in m.get("gpu_util_by_type", {}).items():
         t.add_row(f"GPU allocated, {gpu_type or 'untyped'}", fmt_frac(util))

@@ -161,7 +161,7 @@ def test_nodes_loan_and_reclaim(cli, synergyd) -> None:
     assert run.code == 2 and "deadline_s:" in one_line(run.err)
     back = as_json(cli("nodes", "reclaim", "1", "--deadline-s", "5", "--json"))
     assert [(n["node_id"], n["pool"]) for n in back["nodes"]] == [("inf-a", "inference")]
-    assert back["preempted_job_ids"] == []
+    assert back["preempted_job_ids"] == [] and back["shrunk"] == []
     assert "inf-a" in cli("nodes").out  # the plain listing still works beside the verbs
 
 

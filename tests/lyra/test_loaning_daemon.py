@@ -54,6 +54,43 @@ def test_loaned_node_takes_loanable_jobs_and_reclaim_stops_them_through_the_leas
     assert state(logic, short) == JobState.QUEUED, "nothing new lands on a reclaimed node"
 
 
+def test_reclaim_scales_an_elastic_job_in_through_the_rescale_path(logic: Logic) -> None:
+    """An elastic job (2..4 GPUs) on both loaned nodes: reclaiming one scales it in to the
+    2 GPUs it keeps on the other instead of preempting it. It stops at an agreed step,
+    checkpoints, exits 75 and is relaunched at once on l2 alone; the fixed job on the
+    training node is untouched."""
+    SimNode(logic, "t1", gpus=2)
+    l1, l2 = SimNode(logic, "l1", gpus=2), SimNode(logic, "l2", gpus=2)
+    logic.nodes.loans.loan(["l1", "l2"])
+    fixed = submit(logic, "fixed", gpus=2, iterations=LONG)
+    el = submit(logic, "el", gpus=4, min_gpus=2, max_gpus=4, iterations=LONG)
+    round_(logic)
+    assert {p.server_id for p in logic.jobs.get(el).placements} == {"l1", "l2"}
+    l1.heartbeat(), l2.heartbeat()
+    for rank in (0, 1):
+        logic.leases.register_process(el, el, 1, rank, 2)
+    done = logic.nodes.loans.reclaim(1, 30, "traffic peak")
+    back = done.nodes[0].id
+    kept = ({"l1", "l2"} - {back}).pop()
+    assert done.preempted == () and done.shrunk == {el: 2}
+    job = logic.jobs.get(el)
+    assert "reclaimed by inference: traffic peak; scaling in to 2 GPUs" in job.stop_reason
+    assert [(p.server_id, p.gpus) for p in job.next_placements] == [(kept, 2)]
+    stops = [logic.leases.renew(el, el, 1, rank, step=5, samples_per_s=1, steps_per_s=1) for rank in (0, 1)]
+    assert {s.action for s in stops} == {LeaseAction.STOP}
+    logic.leases.report_checkpoint(el, el, 1, stops[0].stop_at_step, "/ckpt/el")
+    for node in (l1, l2):
+        for task in node.running():
+            node.exit(task, 75)
+        node.heartbeat()
+    job = logic.jobs.get(el)
+    assert job.state == JobState.RUNNING and job.attempt == 2 and job.migrations == 1
+    assert [(p.server_id, p.gpus) for p in job.placements] == [(kept, 2)]
+    assert job.checkpoint_step == stops[0].stop_at_step
+    assert state(logic, fixed) == JobState.RUNNING and logic.jobs.get(fixed).attempt == 1
+    assert logic.nodes.loans.enforce() == 0
+
+
 def test_a_job_still_there_at_the_deadline_is_preempted(logic: Logic) -> None:
     node = SimNode(logic, "l1", gpus=1)
     logic.nodes.loans.loan(["l1"])
@@ -120,6 +157,34 @@ def test_reclaim_through_a_live_daemon_and_the_pool_survives_a_restart(start_dae
     admin = d2.admin()
     nodes = {n.node_id: n.pool for n in admin.ListNodes(admin_pb2.ListNodesRequest()).nodes}
     assert nodes == {"t1": "training", "l1": "inference"}
+    admin.close()
+
+
+def test_a_live_reclaim_scales_an_elastic_job_in_and_says_so(start_daemon, start_agent) -> None:
+    """Through synergyd and agent processes: the reply names the scaled-in job and its new
+    size, and the job checkpoints and comes back on the node it keeps, not requeued."""
+    d = start_daemon()
+    start_agent(d, "t1", gpus=2)
+    start_agent(d, "l1", gpus=2)
+    start_agent(d, "l2", gpus=2)
+    admin = d.admin()
+    admin.LoanNodes(admin_pb2.LoanNodesRequest(node_ids=["l1", "l2"]))
+    admin.submit("fixed", gpus=2, iterations=LONG)
+    el = admin.submit("el", gpus=4, min_gpus=2, max_gpus=4, iterations=LONG, env={"FAKE_STEP_S": "0.05"}).id
+    wait_for(lambda: admin.state("el") == "running" and len(admin.describe("el").placements) == 2
+             and admin.describe("el").steps_done > 0, timeout=30, what="el to run on both loaned nodes")
+    reply = admin.ReclaimNodes(admin_pb2.ReclaimNodesRequest(count=1, deadline_s=30, reason="peak"))
+    back = reply.nodes[0].node_id
+    kept = ({"l1", "l2"} - {back}).pop()
+    assert list(reply.preempted_job_ids) == [] and [(s.job_id, s.gpus) for s in reply.shrunk] == [(el, 2)]
+    wait_for(lambda: admin.state("el") == "running" and admin.describe("el").attempt >= 2, timeout=30,
+             what="el to checkpoint and relaunch at its new size")
+    info = admin.describe("el")
+    assert [(p.node_id, p.gpus) for p in info.placements] == [(kept, 2)]
+    assert info.last_checkpoint_step > 0
+    reasons = [t.reason for t in info.history]
+    assert any("scaling in to 2 GPUs" in r and "deadline" not in r for r in reasons), reasons
+    assert admin.state("fixed") == "running" and admin.describe("fixed").attempt == 1
     admin.close()
 
 

@@ -12,7 +12,7 @@ from profiles_for_tests import ZOO_LIKE
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.loaning.orchestrator import rebalance
 from synergy.scheduler.mechanisms.tune import Tune
-from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources, Server, ServerPool
+from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, Resources, Server, ServerPool
 from synergy.scheduler.policies.fifo import Fifo
 from synergy.scheduler.simulator.engine import EngineConfig, Simulation
 from synergy.scheduler.simulator.inference import Demand, InferencePool, diurnal
@@ -73,6 +73,31 @@ def test_reclaim_preempts_the_job_on_the_loaned_server_and_it_loses_work_since_i
     assert baseline.records[2].completion_s == pytest.approx(4 * HOUR) and baseline.loaning is None
 
 
+def elastic_on_two_loaned_servers() -> list[Job]:
+    """Job 1 (fixed, 6 h) holds the training server; job 2 is elastic, 8..16 GPUs in 8-GPU
+    workers, 2 h of work at its 16 GPUs, so it runs on both inference servers."""
+    iters = 2 * HOUR / PROFILE.iter_time_s
+    return [Job(1, "p", 8, 0.0, 3 * iters, PROFILE),
+            Job(2, "p", 16, 0.0, iters, PROFILE, kind=JobKind.ELASTIC, min_gpus=8, max_gpus=16, gpus_per_worker=8)]
+
+
+@pytest.mark.parametrize("rescale_s", [0.0, 120.0])
+def test_reclaim_scales_an_elastic_job_in_instead_of_preempting_it(rescale_s):
+    """At 1 h inference takes one of the two servers back: job 2 keeps its 8 GPUs on the
+    other and runs on at half speed (linear scaling), losing no work to a checkpoint: half
+    its work left takes 2 h, so it ends at 3 h, plus the rescale's redo time. Counted as a
+    scale-in and a migration, not a preemption."""
+    pool = InferencePool(inference(2), Demand((0.0, HOUR), (0, 1)), checkpoint_s=2400.0)
+    config = EngineConfig(round_s=300.0, inference=pool, migration_cost_s=rescale_s)
+    result = Simulation(Scheduler(Fifo(), Tune()), Cluster((Server("t0", CAP),)), elastic_on_two_loaned_servers(),
+                        config).run()
+    assert result.records[2].first_start_s == 0.0
+    assert result.records[2].completion_s == pytest.approx(3 * HOUR + rescale_s)
+    stats = result.loaning
+    assert (stats.reclaims, stats.preemptions, stats.shrinks) == (1, 0, 1)
+    assert result.records[2].migrations == 1 and result.migrations == 1
+
+
 def test_a_job_that_is_not_loanable_waits_for_the_training_server():
     pool = InferencePool(inference(1), Demand((0.0,), (0,)))
     result = run(two_jobs(False), pool)
@@ -96,7 +121,7 @@ def test_sim_reports_loaning_metrics_with_a_csv_demand(tmp_path: Path):
                "--json")
     assert proc.returncode == 0, proc.stderr
     m = json.loads(proc.stdout)
-    assert m["loans"] >= 2 and m["reclaims"] >= 2 and m["preemptions"] >= 0
+    assert m["loans"] >= 2 and m["reclaims"] >= 2 and m["preemptions"] >= 0 and m["shrinks"] >= 0
     assert 0 < m["loaned_gpu_util"] <= 1 and m["p95_queue_delay_h"] is not None
     assert m["inference_servers"] == 2 and m["elastic_share"] == 0.3
 

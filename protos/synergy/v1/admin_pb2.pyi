@@ -257,12 +257,22 @@ class ReclaimNodesRequest(_message.Message):
     def __init__(self, count: _Optional[int] = ..., deadline_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReclaimNodesResponse(_message.Message):
-    __slots__ = ("nodes", "preempted_job_ids")
+    __slots__ = ("nodes", "preempted_job_ids", "shrunk")
     NODES_FIELD_NUMBER: _ClassVar[int]
     PREEMPTED_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    SHRUNK_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     preempted_job_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., preempted_job_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    shrunk: _containers.RepeatedCompositeFieldContainer[ShrunkJob]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., preempted_job_ids: _Optional[_Iterable[int]] = ..., shrunk: _Optional[_Iterable[_Union[ShrunkJob, _Mapping]]] = ...) -> None: ...
+
+class ShrunkJob(_message.Message):
+    __slots__ = ("job_id", "gpus")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    job_id: int
+    gpus: int
+    def __init__(self, job_id: _Optional[int] = ..., gpus: _Optional[int] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

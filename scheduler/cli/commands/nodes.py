@@ -42,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=loan_nodes)
     q = verbs.add_parser("reclaim", help="hand loaned nodes back to inference",
                          description="Return N loaned nodes to inference, chosen to preempt the fewest jobs; "
-                                     "their jobs checkpoint, stop and are requeued, or are preempted at the deadline.")
+                                     "their jobs checkpoint, stop and are requeued (elastic jobs that keep their "
+                                     "minimum elsewhere are relaunched smaller there instead), or are preempted "
+                                     "at the deadline.")
     q.add_argument("count", type=int, metavar="N", help="how many loaned nodes to hand back")
     q.add_argument("--deadline-s", type=float, default=0.0, metavar="S",
                    help="seconds the jobs there have to checkpoint and exit (default: the daemon's stop timeout)")
@@ -104,9 +106,11 @@ def reclaim_nodes(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         reply = client.call("ReclaimNodes", request)
     jobs = ", ".join(str(j) for j in reply.preempted_job_ids) or "none"
-    text = Text(f"reclaimed: {', '.join(n.node_id for n in reply.nodes)}; jobs preempted: {jobs}")
-    return Result({"nodes": [to_plain(n) for n in reply.nodes], "preempted_job_ids": list(reply.preempted_job_ids)},
-                  text)
+    shrunk = ", ".join(f"{s.job_id} to {s.gpus} GPUs" for s in reply.shrunk) or "none"
+    text = Text(f"reclaimed: {', '.join(n.node_id for n in reply.nodes)}; jobs preempted: {jobs}; "
+                f"jobs scaled in: {shrunk}")
+    return Result({"nodes": [to_plain(n) for n in reply.nodes], "preempted_job_ids": list(reply.preempted_job_ids),
+                   "shrunk": [to_plain(s) for s in reply.shrunk]}, text)
 
 
 MEMORY_NOT_ENFORCED = "memory not enforced"

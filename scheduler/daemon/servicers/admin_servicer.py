@@ -205,7 +205,8 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         done = self.nodes.loans.reclaim(request.count, request.deadline_s, reason)
         with self.ctx.lock:
             nodes = [convert.node_to_info(self.nodes.view(n)) for n in done.nodes]
-        return admin_pb2.ReclaimNodesResponse(nodes=nodes, preempted_job_ids=list(done.preempted))
+        shrunk = [admin_pb2.ShrunkJob(job_id=j, gpus=g) for j, g in done.shrunk.items()]
+        return admin_pb2.ReclaimNodesResponse(nodes=nodes, preempted_job_ids=list(done.preempted), shrunk=shrunk)
 
     @staticmethod
     def _node_args(request: admin_pb2.CordonNodeRequest) -> tuple[str, str]:
