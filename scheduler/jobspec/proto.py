@@ -66,7 +66,7 @@ def spec_to_msg(s: JobSpec) -> admin_pb2.JobSpec:
 def spec_summary_msg(s: JobSpec) -> admin_pb2.JobSpec:
     """The bounded part of a spec, for list replies: no command, env, paths or profile,
     which can reach hundreds of KiB per job (DescribeJob carries the whole spec)."""
-    return admin_pb2.JobSpec(  # gpu_types: at most 16 short names
+    return admin_pb2.JobSpec(
         name=s.name, gpus=s.gpus, cpus_hint=s.cpus_hint, mem_gb_hint=s.mem_gb_hint, model=s.model,
         task=s.task, priority=s.priority, iterations=s.iterations, min_gpus=s.min_gpus, max_gpus=s.max_gpus,
         kind=s.kind, profiler=s.profiler, gpu_types=list(s.gpu_types), loanable=s.loanable,
