@@ -85,9 +85,12 @@ class Agent:
     def __init__(self, cfg: AgentConfig, log: logging.Logger) -> None:
         self.cfg = cfg
         self.log = log
-        # First: a node with GPUs of two types is refused before it claims or creates anything.
-        self.gpus: Gpus = discover(log, cfg.node_id, cfg.fake_gpus, cfg.gpu_type)
         self.identity = claim(cfg.work_dir)  # before re-adopting: the lock holder owns the tasks
+        try:  # before any cgroup exists: a node with GPUs of two types is refused here
+            self.gpus: Gpus = discover(log, cfg.node_id, cfg.fake_gpus, cfg.gpu_type)
+        except GpuTypeError:
+            self.identity.release()
+            raise
         self.instance_id = self.identity.instance_id
         parent = f"{cfg.cgroup_parent}/{cfg.node_id}"
         self.cgroups = detect(parent, cfg.cores, enabled=cfg.use_cgroups)
