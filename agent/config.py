@@ -19,6 +19,7 @@ from typing import NoReturn, Sequence
 import psutil
 
 from synergy.agent.cores import CoreError, format_cpu_list, parse_cpu_list
+from synergy.scheduler.gpu_type_names import gpu_type_problem
 from synergy.scheduler.statedir import ADDRESS_FILE, AGENT_ADDRESS_FILE, CLUSTER_TOKEN_FILE, default_state_dir
 
 GIB = 1024**3
@@ -53,6 +54,8 @@ class AgentConfig:
     fake_gpus: int | None
     cgroup_parent: str
     use_cgroups: bool
+    #: --gpu-type: the node's GPU type ("" = NVML's; fake GPUs are then untyped).
+    gpu_type: str = ""
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""
@@ -109,6 +112,9 @@ def parser() -> argparse.ArgumentParser:
     a("--reserve-mem", default="0", metavar="SIZE", help="memory kept back for the system (default: 0)")
     a("--fake-gpus", type=int, metavar="N", help="present N fake GPUs instead of asking NVML (tests, demos "
       "on CPU-only machines)")
+    a("--gpu-type", default="", metavar="NAME", help="the node's GPU type, e.g. T4 or V100 (upper case, as NVML "
+      "names models): the type of --fake-gpus; with real GPUs it overrides the type read from NVML, with a "
+      "warning in the log (default: NVML's type; fake GPUs: untyped)")
     a("--cgroup-parent", default="synergy", metavar="PATH", help="cgroup under which the agent creates its "
       "own group PATH/NODE_ID and one group per task (default: synergy)")
     a("--no-cgroups", action="store_true", help="do not use cgroups: CPU affinity only, memory not enforced")
@@ -207,6 +213,8 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         raise ConfigError(f"--reserve-mem: {reserve_mem:g}G leaves nothing of --memory {mem_gb:g}G")
     if ns.fake_gpus is not None and not 0 <= ns.fake_gpus <= 64:
         raise ConfigError(f"--fake-gpus: must be between 0 and 64, got {ns.fake_gpus}")
+    if ns.gpu_type and (problem := gpu_type_problem(ns.gpu_type)):
+        raise ConfigError(f"--gpu-type: {problem}")
     for flag, value in (("--sample-interval-s", ns.sample_interval_s),
                         ("--bandwidth-calibration-s", ns.bandwidth_calibration_s)):
         if not 0 <= value <= 3600:
@@ -239,6 +247,7 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         mem_gb=mem_gb,
         reserve_mem_gb=reserve_mem,
         fake_gpus=ns.fake_gpus,
+        gpu_type=ns.gpu_type,
         cgroup_parent=ns.cgroup_parent.strip("/") or "synergy",
         use_cgroups=not ns.no_cgroups,
         tls_ca=_readable(ns.tls_ca, "--tls-ca"),

@@ -29,7 +29,7 @@ from synergy.agent.eliminator import Eliminator
 from synergy.agent.client import Backoff, NodeClient, statuses
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
-from synergy.agent.gpus import GIB, Gpus, discover
+from synergy.agent.gpus import GIB, Gpus, GpuTypeError, discover
 from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.report import node_telemetry_extras, pct
@@ -86,12 +86,16 @@ class Agent:
         self.cfg = cfg
         self.log = log
         self.identity = claim(cfg.work_dir)  # before re-adopting: the lock holder owns the tasks
+        try:  # before any cgroup exists: a node with GPUs of two types is refused here
+            self.gpus: Gpus = discover(log, cfg.node_id, cfg.fake_gpus, cfg.gpu_type)
+        except GpuTypeError:
+            self.identity.release()
+            raise
         self.instance_id = self.identity.instance_id
         parent = f"{cfg.cgroup_parent}/{cfg.node_id}"
         self.cgroups = detect(parent, cfg.cores, enabled=cfg.use_cgroups)
         event(log, "agent.cgroups", kind=self.cgroups.kind, memory_enforced=self.cgroups.enforces_memory,
               detail=self.cgroups.describe())
-        self.gpus: Gpus = discover(log, cfg.node_id, cfg.fake_gpus)
         self.supervisor = Supervisor(
             node_id=cfg.node_id,
             cores=cfg.task_cores,
@@ -149,6 +153,7 @@ class Agent:
         return node_pb2.RegisterNodeRequest(
             node_id=cfg.node_id,
             hostname=cfg.hostname,
+            gpu_type=self.gpus.gpu_type,
             capacity=common_pb2.Resources(gpus=self.gpus.count, cpus=len(cfg.cores), mem_gb=round(cfg.mem_gb, 3)),
             reserved=common_pb2.Resources(gpus=0, cpus=cfg.reserve_cpus, mem_gb=round(cfg.reserve_mem_gb, 3)),
             gpus=[
@@ -275,7 +280,7 @@ class Agent:
         cfg = self.cfg
         event(self.log, "agent.started", version=VERSION, node=cfg.node_id, daemon=cfg.daemon, pid=os.getpid(),
               cores=format_cpu_list(cfg.cores), task_cores=format_cpu_list(cfg.task_cores),
-              mem_gb=round(cfg.mem_gb, 3), gpus=self.gpus.count, fake_gpus=self.gpus.fake,
+              mem_gb=round(cfg.mem_gb, 3), gpus=self.gpus.count, fake_gpus=self.gpus.fake, gpu_type=self.gpus.gpu_type,
               work_dir=str(cfg.work_dir))
         if cfg.metrics_port is not None:
             try:
@@ -338,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     waker = Waker()
     try:
         agent = Agent(cfg, log)
-    except IdentityError as exc:
+    except (IdentityError, GpuTypeError) as exc:
         sys.stderr.write(f"synergy-agent: {exc}\n")
         return 1
     return agent.run(waker)

@@ -29,7 +29,7 @@ __all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_sp
 FIELDS = (
     "name", "command", "working_dir", "env", "gpus", "cpus", "memory_gb",
     "model", "task", "profile", "iterations", "checkpoint_dir", "priority", "elastic", "kind",
-    "profiler",
+    "profiler", "gpu_types", "loanable",
 )
 ELASTIC_FIELDS = ("min_gpus", "max_gpus")
 #: YAML field -> the JobSpec (and proto) field it fills, where the names differ.
@@ -138,7 +138,7 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
         checkpoint_dir=checkpoint_dir, priority=f.integer("priority") or 0,
         iterations=f.integer("iterations") or 0, min_gpus=elastic[0], max_gpus=elastic[1],
         profile=f.profile("profile", model, base=file_dir or base), kind=kind,
-        profiler=f.string("profiler"),
+        profiler=f.string("profiler"), gpu_types=f.strings("gpu_types"), loanable=f.boolean("loanable"),
     )
     try:
         rules.validate(spec)
@@ -160,6 +160,8 @@ def spec_document(spec: JobSpec) -> dict[str, Any]:
         "elastic": {"min_gpus": spec.min_gpus, "max_gpus": spec.max_gpus} if spec.elastic else None,
         "kind": spec.kind or None,
         "profiler": spec.profiler or None,
+        "gpu_types": list(spec.gpu_types) or None,
+        "loanable": spec.loanable,
     }
 
 
@@ -239,6 +241,27 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(key, f"must be a number, got {_kind(value)} {value!r}")
         return float(value)
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        """A list of strings (one string reads as a list of one); () when absent."""
+        value = self._get(key, False)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (value,)
+        if not isinstance(value, list):
+            self.fail(key, f"must be a list of strings, got {_kind(value)}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                self.fail_path(f"spec.{key}[{i}]", f"must be a string, got {_kind(item)} {item!r}")
+        return tuple(value)
+
+    def boolean(self, key: str) -> bool | None:
+        """True or False; None when absent (the daemon's default rule applies)."""
+        value = self._get(key, False)
+        if value is not None and not isinstance(value, bool):
+            self.fail(key, f"must be true or false, got {_kind(value)} {value!r}")
+        return value
 
     def command(self, key: str) -> tuple[str, ...]:
         value = self._get(key, True)

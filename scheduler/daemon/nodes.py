@@ -7,6 +7,7 @@ daemon and the agent; liveness is observed (a node is lost when it misses heartb
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -75,6 +76,11 @@ class NodeBook:
                 )
             else:
                 node = replace(incoming, registered_at=now)
+            if old is not None and old.gpu_type != node.gpu_type:
+                # The machine's GPUs were swapped (or --gpu-type changed): jobs restricted to a
+                # type see the new one from the next round on.
+                event(ctx.log, "node.gpu_type_changed", level=logging.WARNING, node=node.id,
+                      old=old.gpu_type, new=node.gpu_type)
             if node != old:
                 ctx.store.save_nodes([node])
             was = ctx.live.nodes.get(node.id)
@@ -86,6 +92,7 @@ class NodeBook:
                 "node.registered",
                 node=node.id,
                 gpus=node.capacity.gpus,
+                gpu_type=node.gpu_type,
                 cpus=node.capacity.cpus,
                 mem_gb=node.capacity.mem_gb,
                 tasks=len(tasks),

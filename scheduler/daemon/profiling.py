@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook, fmt_placements
@@ -69,9 +69,10 @@ class ProfilingBook:
             now = ctx.clock.now()
             inp = RoundInput(now, cluster, [], {}, ctx.config.round_s, ctx.config.heartbeat_window)
             free = self._free(cluster, inp)
+            types = {s.id: s.gpu_type for s in cluster.servers}
             changes = []
             for job in waiting:
-                placement = self._choose(job, free)
+                placement = self._choose(job, free, types)
                 if placement is None:
                     continue
                 free[placement.server_id] = free[placement.server_id] - placement.resources
@@ -105,10 +106,14 @@ class ProfilingBook:
         }
 
     @staticmethod
-    def _choose(job: JobRecord, free: dict[str, Resources]) -> Placement | None:
-        """The node with the most free CPUs among those with the job's GPUs free."""
+    def _choose(job: JobRecord, free: dict[str, Resources], types: Mapping[str, str]) -> Placement | None:
+        """The node with the most free CPUs among those with the job's GPUs free, of a GPU
+        type the job accepts (a profile measured on another GPU would mislead the rounds)."""
         best: Placement | None = None
+        accepted = job.spec.gpu_types
         for node_id in sorted(free):
+            if accepted and types.get(node_id, "") not in accepted:
+                continue
             room = free[node_id]
             cpus = min(MAX_PROFILE_CPUS, math.floor(room.cpus + 1e-9))
             if room.gpus + 1e-9 < job.spec.gpus or cpus < 1 or room.mem_gb <= 0:

@@ -174,6 +174,9 @@ class NodeRecord:
     pool: ServerPool = ServerPool.TRAINING
     #: When a reclaimed node's jobs must be gone (daemon clock); 0 = no reclaim under way.
     reclaim_deadline: float = 0.0
+    #: The GPU model its agent reports ("V100", "T4"; "" = untyped): `Server.gpu_type`.
+    #: Stored in the node's JSON body, so older bodies read back as untyped.
+    gpu_type: str = ""
 
     @property
     def memory_unenforced(self) -> bool:
@@ -208,6 +211,7 @@ def job_from_dict(d: Mapping[str, Any]) -> JobRecord:
     spec = dict(d["spec"])
     spec["command"] = tuple(spec["command"])
     spec["env"] = tuple((k, v) for k, v in spec["env"])
+    spec["gpu_types"] = tuple(spec.get("gpu_types", ()))
     history = tuple(
         Transition(JobState(t["from"]) if t["from"] else None, JobState(t["to"]), t["reason"], t["at"])
         for t in d["history"]

@@ -114,7 +114,7 @@ class RoundLoop:
         nothing held, what DescribeJob / ListJobs compute a job's proportional share on."""
         whole = tuple(
             Server(node.id, node.allocatable, pool=node.pool, admin=node.admin_state,
-                   last_heartbeat_s=self.nodes.last_heard(node.id))
+                   last_heartbeat_s=self.nodes.last_heard(node.id), gpu_type=node.gpu_type)
             for node in self.ctx.store.nodes()
         )
         if not held:
@@ -129,11 +129,15 @@ class RoundLoop:
             scheduler, index = self.scheduler, self.round_index + 1
             now = ctx.clock.now()
             core_jobs = [self._core_job(j, cluster) for j in records]
+            # A job whose GPU types no registered node has cannot run this round wherever
+            # the core would look: it waits, and says why, without a place in the input.
+            no_type = {j.id: why for j in core_jobs if (why := missing_gpu_type(j, cluster))}
+            core_jobs = [j for j in core_jobs if j.id not in no_type]
             # Jobs asked to stop are on their way out: they hold no place to keep.
             previous = {
                 j.id: Allocation(j.id, j.placements)
                 for j in records
-                if j.state == JobState.RUNNING and j.placements and not j.stopping
+                if j.state == JobState.RUNNING and j.placements and not j.stopping and j.id not in no_type
             }
         started = time.perf_counter()
         inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.config.heartbeat_window)
@@ -142,7 +146,8 @@ class RoundLoop:
         ctx.metrics.decision_seconds.observe(decision_s)
         self.last_decision_s = decision_s
         placements = {job_id: tuple(alloc.placements) for job_id, alloc in out.allocations.items()}
-        return Plan(index, now, decision_s, frozenset(j.id for j in records), placements, dict(out.waiting))
+        return Plan(index, now, decision_s, frozenset(j.id for j in records), placements,
+                    {**out.waiting, **no_type})
 
     def apply(self, plan: Plan) -> None:
         ctx = self.ctx
@@ -231,7 +236,23 @@ class RoundLoop:
             # A CPU-only job's request; a training job's hints stay with its profile.
             cpus=job.spec.cpus_hint if job.spec.cpu_only else 0.0,
             mem_gb=job.spec.mem_gb_hint if job.spec.cpu_only else 0.0,
+            gpu_types=frozenset(job.spec.gpu_types),
+            loanable=job.spec.loanable,
         )
+
+
+def missing_gpu_type(job: Job, cluster: Cluster) -> str:
+    """Why no registered node can ever host `job` for its GPU types ("" = some node has one).
+
+    Which of the matching nodes a job gets is the core's business; this is only the
+    daemon's word for a job that names a type the cluster lacks altogether (a typo, or the
+    nodes of that type are not registered yet).
+    """
+    if not job.gpu_types or any(s.gpu_type in job.gpu_types for s in cluster.servers):
+        return ""
+    have = sorted({s.gpu_type or "untyped" for s in cluster.servers})
+    return (f"no registered node has GPU type {' or '.join(sorted(job.gpu_types))} "
+            f"(registered: {', '.join(have) or 'no nodes'})")
 
 
 def _in_order_of(running: Sequence[Placement], new: Sequence[Placement]) -> tuple[Placement, ...]:

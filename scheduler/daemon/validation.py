@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from synergy.scheduler.daemon.errors import InvalidArgument
 from synergy.scheduler.daemon.tasklogs import LOG_CHUNK_BYTES, MAX_LOG_CHUNKS
+from synergy.scheduler.gpu_type_names import gpu_type_problem
 from synergy.scheduler.jobspec import JobSpec, SpecError, parse_job_ref, rules
 from synergy.scheduler.model import Placement, Resources
 from synergy.scheduler.profiles.format import ProfileError, SensitivityProfile
@@ -126,6 +127,14 @@ BANDWIDTH_SOURCES = ("resctrl", "estimate")
 def cgroup_mode(value: str, field: str = "cgroup_mode") -> str:
     if value not in CGROUP_MODES:
         raise InvalidArgument(field, f"must be 'v1', 'v2' or 'none', got {_show(value)}")
+    return value
+
+
+def gpu_type(value: str, field: str = "gpu_type") -> str:
+    """A node's GPU type: "" (untyped) or a type name (synergy.scheduler.gpu_type_names)."""
+    problem = gpu_type_problem(value) if value else None
+    if problem:
+        raise InvalidArgument(field, problem)
     return value
 
 

@@ -12,6 +12,7 @@ import math
 import re
 from typing import Iterable
 
+from synergy.scheduler.gpu_type_names import gpu_type_problem
 from synergy.scheduler.jobspec.spec import (
     KIND_CPU,
     KIND_TRAINING,
@@ -53,6 +54,8 @@ PRIORITY_RANGE = (-1000, 1000)
 #: Total training steps: 10^12 is ten thousand steps a second for three years; anything
 #: larger is a unit mistake, and it keeps remaining-time estimates finite and exact.
 ITERATIONS_RANGE = (0, 10**12)
+#: A job lists the types it accepts, not a catalogue.
+MAX_GPU_TYPES = 16
 
 
 def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int = 0,
@@ -99,6 +102,7 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
     if spec.task and spec.task not in TASKS:
         raise SpecError(p + "task", f"must be one of {', '.join(TASKS)}, got {_show(spec.task)}")
     env(spec.env, p + "env")
+    gpu_types(spec, p + "gpu_types")
     if spec.profile is not None:
         try:
             SensitivityProfile.from_dict(spec.model or spec.name, spec.profile)  # type: ignore[arg-type]
@@ -160,6 +164,23 @@ def env(pairs: Iterable[tuple[str, str]], field: str = "spec.env") -> None:
             raise SpecError(f"{field}[{key}]", f"is {len(value)} characters long, "
                                                f"at most {MAX_ENV_VALUE_CHARS} allowed")
         no_nul(value, f"{field}[{key}]")
+
+
+def gpu_types(spec: JobSpec, field: str = "spec.gpu_types") -> None:
+    """At most MAX_GPU_TYPES type names, each once; a CPU-only job has no GPU to choose."""
+    types = spec.gpu_types
+    if not types:
+        return
+    if spec.cpu_only:
+        raise SpecError(field, f"must be empty for a job of kind {KIND_CPU!r} (it takes no GPU)")
+    if len(types) > MAX_GPU_TYPES:
+        raise SpecError(field, f"has {len(types)} types, at most {MAX_GPU_TYPES} allowed")
+    for i, name in enumerate(types):
+        problem = gpu_type_problem(name)
+        if problem:
+            raise SpecError(f"{field}[{i}]", problem)
+        if name in types[:i]:
+            raise SpecError(f"{field}[{i}]", f"{name!r} is listed twice")
 
 
 def no_nul(value: str, field: str) -> None:

@@ -72,6 +72,10 @@ class JobSpec:
     #: "" / "auto": profile live only when no profile is known; "synergy" / "coda": always
     #: profile live with that search; "none": never (stand-in or proportional share).
     profiler: str = ""
+    #: GPU types the job accepts ("T4", "V100"; synergy.scheduler.gpu_type_names), empty = any.
+    gpu_types: tuple[str, ...] = ()
+    #: May it run on loaned servers (Lyra)? None = the core's default rule (elastic or short).
+    loanable: bool | None = None
 
     @property
     def cpu_only(self) -> bool:

@@ -36,6 +36,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
+from synergy.scheduler.gpu_type_names import gpu_type_problem
+
 FORMAT = "synergy-profile/v1"
 TASKS = ("image", "language", "speech")
 #: §3.2: the best-case demand is the smallest (c, m) within 1% of the saturated throughput.
@@ -271,6 +273,9 @@ def _parse_gpu_types(where: str, raw: Any) -> tuple[tuple[str, GpuTypeSpeed], ..
     out = []
     for name, entry in sorted(raw.items()):
         field_ = f"gpu_types.{name}"
+        problem = gpu_type_problem(str(name))
+        if problem:
+            raise ProfileError(f"{where}: field '{field_}': {problem}")
         if not isinstance(entry, Mapping) or "speed" not in entry:
             raise ProfileError(f"{where}: field '{field_}' needs 'speed'")
         unknown = set(entry) - {"speed", "throughput"}

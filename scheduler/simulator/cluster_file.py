@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import yaml
 
 from synergy.scheduler.model import Cluster, Resources, Server, ServerPool
+from synergy.scheduler.gpu_type_names import gpu_type_problem
 from synergy.scheduler.simulator.errors import SimInputError
 
 FIELDS = ("count", "gpus", "cpus", "mem_gb", "gpu_type")
@@ -75,6 +76,9 @@ def parse_groups(doc: Any, where: str = "cluster") -> tuple[ServerGroup, ...]:
         gpu_type = g.get("gpu_type", "")
         if not isinstance(gpu_type, str):
             raise SimInputError(f"{at}: field 'gpu_type' must be a string, got {gpu_type!r}")
+        problem = gpu_type_problem(gpu_type) if gpu_type else None
+        if problem:
+            raise SimInputError(f"{at}: field 'gpu_type': {problem}")
         if gpus == 0 and gpu_type:
             raise SimInputError(f"{at}: field 'gpu_type' needs gpus >= 1 (a CPU server has no GPU type)")
         groups.append(ServerGroup(int(count), int(gpus), float(g["cpus"]), float(g["mem_gb"]), gpu_type))

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile", "kind", "profiler")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile", "kind", "profiler", "gpu_types", "loanable")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,8 @@ class JobSpec(_message.Message):
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     PROFILER_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
+    LOANABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -50,7 +52,9 @@ class JobSpec(_message.Message):
     profile: _common_pb2.SensitivityProfile
     kind: str
     profiler: str
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ..., kind: _Optional[str] = ..., profiler: _Optional[str] = ...) -> None: ...
+    gpu_types: _containers.RepeatedScalarFieldContainer[str]
+    loanable: bool
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ..., kind: _Optional[str] = ..., profiler: _Optional[str] = ..., gpu_types: _Optional[_Iterable[str]] = ..., loanable: _Optional[bool] = ...) -> None: ...
 
 class JobTransition(_message.Message):
     __slots__ = ("from_state", "to_state", "reason", "at_unix_s")
@@ -193,7 +197,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobInfo, _Mapping]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks", "pool")
+    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks", "pool", "gpu_type")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +217,7 @@ class NodeInfo(_message.Message):
     MEMORY_ENFORCED_FIELD_NUMBER: _ClassVar[int]
     THROTTLED_TASKS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     state: _common_pb2.NodeState
@@ -232,7 +237,8 @@ class NodeInfo(_message.Message):
     memory_enforced: bool
     throttled_tasks: int
     pool: str
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ..., pool: _Optional[str] = ...) -> None: ...
+    gpu_type: str
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ..., pool: _Optional[str] = ..., gpu_type: _Optional[str] = ...) -> None: ...
 
 class LoanNodesRequest(_message.Message):
     __slots__ = ("node_ids",)

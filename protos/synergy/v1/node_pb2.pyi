@@ -158,7 +158,7 @@ class Instruction(_message.Message):
     def __init__(self, kind: _Optional[_Union[InstructionKind, str]] = ..., ref: _Optional[_Union[TaskRef, _Mapping]] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., stop_grace_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RegisterNodeRequest(_message.Message):
-    __slots__ = ("node_id", "hostname", "capacity", "reserved", "gpus", "tasks", "agent_version", "instance_id", "cgroup_mode", "memory_enforced")
+    __slots__ = ("node_id", "hostname", "capacity", "reserved", "gpus", "tasks", "agent_version", "instance_id", "cgroup_mode", "memory_enforced", "gpu_type")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class RegisterNodeRequest(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     CGROUP_MODE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_ENFORCED_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     capacity: _common_pb2.Resources
@@ -179,7 +180,8 @@ class RegisterNodeRequest(_message.Message):
     instance_id: str
     cgroup_mode: str
     memory_enforced: bool
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., instance_id: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ...) -> None: ...
+    gpu_type: str
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., instance_id: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., gpu_type: _Optional[str] = ...) -> None: ...
 
 class RegisterNodeResponse(_message.Message):
     __slots__ = ("heartbeat_interval_s", "state", "state_reason", "instructions", "daemon_version")

@@ -27,7 +27,7 @@ SPEC_FLAGS: dict[str, str] = {
     "name": "--name", "kind": "--kind", "gpus": "--gpus", "working_dir": "--working-dir", "cpus": "--cpus",
     "memory_gb": "--memory-gb", "model": "--model", "task": "--task", "profile": "--profile",
     "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
-    "profiler": "--profiler",
+    "profiler": "--profiler", "gpu_types": "--gpu-type", "loanable": "--loanable/--no-loanable",
 }
 STATES = [enum_word(common_pb2.JobState.DESCRIPTOR, v.number)
           for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
@@ -73,6 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="elastic: the fewest GPUs the job runs with (with --max-gpus; --gpus lies between)")
     p.add_argument("--max-gpus", type=int,
                    help="elastic: the most GPUs the job runs with; each round picks a size in the range")
+    p.add_argument("--gpu-type", dest="gpu_types", action="append", metavar="TYPE",
+                   help="a GPU type the job accepts, e.g. T4 (repeatable; default: any type; see "
+                        "`synergy nodes` for the types registered)")
+    p.add_argument("--loanable", action=argparse.BooleanOptionalAction, default=None,
+                   help="may (or may not) run on nodes loaned from inference, which a reclaim preempts "
+                        "(default: elastic and short jobs may)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and print the spec that would be sent; do not contact synergyd")
     p.set_defaults(func=submit, argv_command=None)
@@ -271,6 +277,8 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
         ("working dir", s.working_dir or "(agent default)"),
         ("kind", s.kind or "training"),
         ("gpus", s.gpus),
+        ("gpu types", ", ".join(s.gpu_types) or "any"),
+        ("loanable", ("yes" if s.loanable else "no") if s.HasField("loanable") else "default (elastic or short)"),
         ("request" if s.kind == "cpu" else "hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
                                          s.mem_gb_hint and f"{fmt_num(s.mem_gb_hint)} GB") if x) or "-"),
         ("model", " / ".join(x for x in (s.model, s.task) if x) or "-"),

@@ -28,8 +28,8 @@ ACTIONS = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("nodes", help="list nodes",
-                       description="List registered nodes: state, free/allocatable resources, jobs, "
-                                   "last heartbeat.")
+                       description="List registered nodes: state, GPU type, free/allocatable resources, "
+                                   "jobs, last heartbeat.")
     p.add_argument("--wide", action="store_true",
                    help="more telemetry: RSS, I/O, pressure (PSI), GPU use, cgroup mode, "
                         "tasks the contention eliminator throttles")
@@ -64,7 +64,7 @@ def list_nodes(args: argparse.Namespace, connect: Connect) -> Result:
         nodes = list(client.call("ListNodes", admin_pb2.ListNodesRequest()).nodes)
     wide = getattr(args, "wide", False)
     rows = [
-        (n.node_id, state_text(_state(n)),
+        (n.node_id, state_text(_state(n)), n.gpu_type or "-",
          f"{fmt_num(n.free.gpus)}/{fmt_num(n.allocatable.gpus)}",
          f"{fmt_num(n.free.cpus)}/{fmt_num(n.allocatable.cpus)}",
          f"{fmt_num(n.free.mem_gb)}/{fmt_num(n.allocatable.mem_gb)}",
@@ -76,7 +76,7 @@ def list_nodes(args: argparse.Namespace, connect: Connect) -> Result:
          "; ".join(x for x in (MEMORY_NOT_ENFORCED if memory_unenforced(n) else "", n.state_reason) if x))
         for n in nodes
     ]
-    columns = ["NODE", "STATE", "FREE GPUS", "FREE CPUS", "FREE GB", "CPU", "MEM BW/PEAK",
+    columns = ["NODE", "STATE", "TYPE", "FREE GPUS", "FREE CPUS", "FREE GB", "CPU", "MEM BW/PEAK",
                *(WIDE_COLUMNS if wide else ()), "JOBS", "HEARTBEAT", "REASON"]
     view = table(None, columns, rows) if rows else Text("no nodes registered")
     return Result({"nodes": [to_plain(n) for n in nodes]}, view)

@@ -128,6 +128,7 @@ def node_from_register(m: node_pb2.RegisterNodeRequest) -> NodeRecord:
         instance_id=m.instance_id,
         cgroup_mode=m.cgroup_mode,
         memory_enforced=m.memory_enforced,
+        gpu_type=m.gpu_type,
     )
 
 
@@ -177,6 +178,7 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
         memory_enforced=n.memory_enforced,
         throttled_tasks=v.throttled_tasks,
         pool=n.pool.value,
+        gpu_type=n.gpu_type,
     )
     if v.telemetry:
         info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))

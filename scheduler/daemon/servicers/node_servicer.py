@@ -54,6 +54,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         validation.text(request.instance_id, "instance_id", 128)
         validation.count(request.gpus, "gpus", validation.MAX_GPUS_PER_NODE)
         validation.cgroup_mode(request.cgroup_mode)
+        validation.gpu_type(request.gpu_type)
         record = convert.node_from_register(request)
         validation.node_resources(record.capacity, record.reserved)
         reply = self.nodes.register(record, self._tasks(list(request.tasks), request.node_id))
