@@ -72,6 +72,9 @@ class JobSpec:
     #: "" / "auto": profile live only when no profile is known; "synergy" / "coda": always
     #: profile live with that search; "none": never (stand-in or proportional share).
     profiler: str = ""
+    #: Who the job belongs to: CODA's CPU array shares CPUs between users by DRF. "" = the
+    #: job is its own user. A label, not an identity (the admin token names no user).
+    user: str = ""
 
     @property
     def cpu_only(self) -> bool:
