@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import grpc
 import pytest
 
 from agent_harness import AgentProcess, cpus_allowed, is_root_with_v1
@@ -146,6 +147,10 @@ def test_a_gpu_less_node_hosts_cpu_jobs_by_drf_between_users_and_never_training(
         line = next(x for x in listed.out.splitlines() if x.lstrip().startswith("c0"))
         assert "0/0" in line, listed.out
 
+        with pytest.raises(grpc.RpcError) as bad:  # the shared rule, the field's proto path first
+            cpu_job("x", "two words")
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad.value.details().startswith("spec.user: 'two words' must start with a letter"), bad.value.details()
         train = admin.submit("train", gpus=1, command=TRAIN, working_dir=str(tmp_path)).id
         jobs.append(train)
         # alice fills the node's two CPUs; then alice and bob each queue one more job, alice first.
