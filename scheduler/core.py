@@ -154,7 +154,10 @@ def _waiting(
         elif j.kind not in GPU_KINDS:
             waiting[j.id] = f"job kind {j.kind.value!r} is not scheduled by this release"
         elif not cluster.servers:
-            waiting[j.id] = f"no schedulable node: {note or 'none registered'}"
+            # Open servers that are all GPU-less (the CPU array's) are not "none registered".
+            gpu_less = len(verdicts) - len(closed)
+            why = note or (f"only GPU-less nodes ({gpu_less}), which run CPU-only jobs" if gpu_less else "none registered")
+            waiting[j.id] = f"no schedulable node: {why}"
         elif base_gpus(j) > total + EPS:
             waiting[j.id] = f"needs {base_gpus(j)} GPUs; the schedulable nodes have {total:g} in total" + (
                 f" ({note})" if note else ""

@@ -179,3 +179,11 @@ def test_borrow_fraction_out_of_range_is_refused() -> None:
     import pytest
     with pytest.raises(ValueError, match="borrow_fraction"):
         CpuArray(borrow_fraction=1.5)
+
+
+def test_training_facing_only_gpu_less_nodes_is_told_so() -> None:
+    """Not "none registered": the GPU-less servers are there, running CPU-only jobs."""
+    cluster = Cluster((Server("c0", Resources(0, 8, 32.0)), Server("c1", Resources(0, 8, 32.0))))
+    out = Scheduler(Fifo(), Tune()).schedule(RoundInput(0.0, cluster, [training(1, 1), cpu_job(2, 2.0, 4.0)]))
+    assert out.waiting[1] == "no schedulable node: only GPU-less nodes (2), which run CPU-only jobs"
+    assert [p.server_id for p in out.allocations[2].placements] == ["c0"]

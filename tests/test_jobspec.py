@@ -12,7 +12,7 @@ from synergy.scheduler.profiles.zoo import default_profiles
 
 OK = JobSpec(name="r18", command=("python", "train.py"), gpus=2, working_dir="/w", env=(("A", "1"),),
              cpus_hint=6, mem_gb_hint=100, model="resnet18", task="image", checkpoint_dir="/w/c",
-             priority=-3, iterations=1000, profile=default_profiles()["resnet18"].to_dict())
+             priority=-3, iterations=1000, profile=default_profiles()["resnet18"].to_dict(), user="_ci.bot-1")
 
 
 def test_round_trip_through_the_wire() -> None:
@@ -28,6 +28,9 @@ def test_round_trip_through_the_wire() -> None:
     ({"gpus": 0}, "spec.gpus"),
     ({"min_gpus": 4, "max_gpus": 8}, "spec.gpus"),
     ({"cpus_hint": float("inf")}, "spec.cpus_hint"),
+    ({"user": "alice smith"}, "spec.user"),
+    ({"user": "1alice"}, "spec.user"),
+    ({"user": "a" * 64}, "spec.user"),
 ])
 def test_every_os_bound_string_and_range_is_checked(change: dict, field: str) -> None:
     with pytest.raises(SpecError) as err:

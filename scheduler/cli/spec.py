@@ -29,7 +29,7 @@ __all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_sp
 FIELDS = (
     "name", "command", "working_dir", "env", "gpus", "cpus", "memory_gb",
     "model", "task", "profile", "iterations", "checkpoint_dir", "priority", "elastic", "kind",
-    "profiler", "gpu_types", "loanable",
+    "profiler", "gpu_types", "loanable", "user",
 )
 ELASTIC_FIELDS = ("min_gpus", "max_gpus")
 #: YAML field -> the JobSpec (and proto) field it fills, where the names differ.
@@ -139,6 +139,7 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
         iterations=f.integer("iterations") or 0, min_gpus=elastic[0], max_gpus=elastic[1],
         profile=f.profile("profile", model, base=file_dir or base), kind=kind,
         profiler=f.string("profiler"), gpu_types=f.strings("gpu_types"), loanable=f.boolean("loanable"),
+        user=f.string("user"),
     )
     try:
         rules.validate(spec)
@@ -162,6 +163,7 @@ def spec_document(spec: JobSpec) -> dict[str, Any]:
         "profiler": spec.profiler or None,
         "gpu_types": list(spec.gpu_types) or None,
         "loanable": spec.loanable,
+        "user": spec.user or None,
     }
 
 

@@ -165,6 +165,8 @@ class App:
             state_dir=str(cfg.state_dir),
             policy=self.rounds.policy,
             mechanism=self.rounds.mechanism,
+            borrow_fraction=cfg.borrow_fraction,
+            trim_training=cfg.trim_training,
             round_s=cfg.round_s,
             tls=cfg.tls_cert is not None,
             agent_port=self.servers.agent_port,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from synergy.scheduler.arrays import settings as array_settings
+from synergy.scheduler.arrays.cpu_array import CpuArray
 from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.registry import MECHANISMS, POLICIES
 from synergy.scheduler.statedir import default_state_dir
@@ -39,6 +41,10 @@ class DaemonConfig:
     scorer: str = ""
     #: Tesserae's migration-minimising relabelling after the mechanism (placement/migration.py).
     migration_matching: bool = True
+    #: CODA's CPU array (arrays/cpu_array.py): share of each GPU node's CPUs CPU-only jobs may
+    #: borrow, and whether they may take training's CPUs above its GPU-proportional share.
+    borrow_fraction: float = 1.0
+    trim_training: bool = True
     round_s: float = 300.0
     max_job_gpus: int = 64
     profiles: Path | None = None
@@ -56,6 +62,11 @@ class DaemonConfig:
     max_message_mb: float = 4.0
     log_level: str = "info"
     log_format: str = "json"
+
+    @property
+    def cpu_array(self) -> CpuArray:
+        """The core's CPU-array setting (checked by `load_config`)."""
+        return array_settings.cpu_array(self.borrow_fraction, self.trim_training)
 
     # -- timings derived from the round length (each overridable) ------------------------
     @property
@@ -112,6 +123,8 @@ HELP: dict[str, str] = {
     "scorer": f"placement scorer: {', '.join(SCORERS)} (default: the mechanism's own, best_fit for tune)",
     "migration_matching": "relabel interchangeable nodes after each round's placement so the fewest running jobs "
     "move (Tesserae; on by default; --no-migration-matching, or migration-matching = false in the TOML, turns it off)",
+    "borrow_fraction": array_settings.BORROW_FRACTION_HELP,
+    "trim_training": array_settings.TRIM_TRAINING_HELP + "; TOML: trim-training = false",
     "round_s": "round length in seconds: allocations are decided and leases expire per round (default 300)",
     "max_job_gpus": "largest GPU count one job may request; larger requests are rejected (default 64)",
     "profiles": "JSON sensitivity-profile file merged over the built-in model zoo",
@@ -168,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
             if name.endswith("_s")
             else "NAME"
             if name in ("policy", "mechanism", "scorer")
+            else "F"
+            if name == "borrow_fraction"
             else "N"
             if convert is not str
             else name.split("_")[-1].upper()
@@ -233,6 +248,10 @@ def _validate(c: DaemonConfig) -> None:
     for flag, port in (("port", c.port), ("metrics-port", c.metrics_port), ("agent-port", c.agent_port)):
         if port is not None and not 0 <= int(port) <= 65535:
             raise ConfigError(f"--{flag} must be between 0 and 65535, got {port}")
+    try:
+        array_settings.cpu_array(c.borrow_fraction, c.trim_training)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     positive("round-s", c.round_s)
     positive("lease-grace-s", c.lease_grace_s)
     positive("node-timeout-s", c.node_timeout_s)

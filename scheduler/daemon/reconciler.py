@@ -86,7 +86,11 @@ class Reconciler:
                     out.append(Instruction(InstructionKind.STOP, key, stop, stop_grace_s=STOP_GRACE_S))
                 continue
             job, placement = want
-            if job.stopping and now - job.stop_requested_at > ctx.config.stop_timeout:
+            if job.stopping and job.spec.cpu_only:
+                # A CPU-only job holds no lease: it never hears a stop at a renewal, so its
+                # agent stops it now (CODA's CPU array returns borrowed CPUs at the round).
+                out.append(Instruction(InstructionKind.STOP, key, job.stop_reason, stop_grace_s=STOP_GRACE_S))
+            elif job.stopping and now - job.stop_requested_at > ctx.config.stop_timeout:
                 reason = f"{job.stop_reason}; did not exit within {ctx.config.stop_timeout:g} s"
                 out.append(Instruction(InstructionKind.STOP, key, reason, stop_grace_s=STOP_GRACE_S))
             elif task.placement is not None and not same_share(task.placement, placement):

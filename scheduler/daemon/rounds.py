@@ -63,17 +63,21 @@ class RoundLoop:
     def __post_init__(self) -> None:
         self.policy = self.ctx.store.setting("policy") or self.ctx.config.policy
         self.mechanism = self.ctx.store.setting("mechanism") or self.ctx.config.mechanism
-        self.scheduler: Scheduler = build_scheduler(
-            self.policy, self.mechanism, self.ctx.config.scorer, self.ctx.config.migration_matching
-        )
+        self.scheduler: Scheduler = self._build(self.policy, self.mechanism)
         if not self.next_boundary:
             self.next_boundary = self.ctx.clock.now() + self.ctx.config.round_s
+
+    def _build(self, policy: str, mechanism: str) -> Scheduler:
+        """The named plug-ins with the daemon's fixed settings (scorer, relabelling, CPU array)."""
+        cfg = self.ctx.config
+        scheduler = build_scheduler(policy, mechanism, cfg.scorer, cfg.migration_matching)
+        return replace(scheduler, cpu_array=cfg.cpu_array)
 
     # -- runtime settings -----------------------------------------------------------------------
     def set_policy(self, policy: str, mechanism: str) -> tuple[str, str]:
         policy, mechanism = policy or self.policy, mechanism or self.mechanism
         try:
-            scheduler = build_scheduler(policy, mechanism, self.ctx.config.scorer, self.ctx.config.migration_matching)
+            scheduler = self._build(policy, mechanism)
         except UnknownNameError as exc:
             raise InvalidArgument("mechanism" if "mechanism" in str(exc) else "policy", str(exc)) from None
         with self.ctx.lock:
@@ -231,6 +235,7 @@ class RoundLoop:
             done_iterations=float(steps),
             attained_gpu_s=attained,
             kind=_kind(job),
+            user=job.spec.user,  # DRF between users in the CPU array ("" = the job is its own user)
             min_gpus=job.spec.min_gpus if job.spec.elastic else None,
             max_gpus=job.spec.max_gpus if job.spec.elastic else None,
             # A CPU-only job's request; a training job's hints stay with its profile.

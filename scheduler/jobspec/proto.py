@@ -33,6 +33,7 @@ def spec_from_msg(m: admin_pb2.JobSpec) -> JobSpec:
         profiler=m.profiler,
         gpu_types=tuple(m.gpu_types),
         loanable=m.loanable if m.HasField("loanable") else None,
+        user=m.user,
     )
 
 
@@ -57,6 +58,7 @@ def spec_to_msg(s: JobSpec) -> admin_pb2.JobSpec:
         profiler=s.profiler,
         gpu_types=list(s.gpu_types),
         loanable=s.loanable,
+        user=s.user,
     )
     if s.profile is not None:
         m.profile.CopyFrom(profile_to_msg(s.model or s.name, s.profile))
@@ -69,7 +71,7 @@ def spec_summary_msg(s: JobSpec) -> admin_pb2.JobSpec:
     return admin_pb2.JobSpec(
         name=s.name, gpus=s.gpus, cpus_hint=s.cpus_hint, mem_gb_hint=s.mem_gb_hint, model=s.model,
         task=s.task, priority=s.priority, iterations=s.iterations, min_gpus=s.min_gpus, max_gpus=s.max_gpus,
-        kind=s.kind, profiler=s.profiler, gpu_types=list(s.gpu_types), loanable=s.loanable,
+        kind=s.kind, profiler=s.profiler, gpu_types=list(s.gpu_types), loanable=s.loanable, user=s.user,
     )
 
 

@@ -29,6 +29,10 @@ from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityPr
 #: letter so that a job reference of ASCII digits ("17") is always an id, never a name.
 NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,62}")
 NAME_HINT = "must start with a letter and hold at most 63 letters, digits, '.', '_' or '-'"
+#: User names as POSIX portable names go (`useradd`'s rule, a leading '_' allowed), bounded
+#: like job names: they appear in tables, logs and DRF's queues.
+USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,62}")
+USER_HINT = "must start with a letter or '_' and hold at most 63 letters, digits, '.', '_' or '-'"
 MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 #: The agent injects SYNERGY_* (job token, daemon address, allocation) into the job's
@@ -68,6 +72,7 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
     p = prefix + "."
     encoded_size(encoded_bytes, prefix)
     job_name(spec.name, p + "name")
+    user_name(spec.user, p + "user")
     _command(spec.command, p + "command")
     top = INT32_MAX if max_job_gpus is None else max_job_gpus
     if spec.kind not in KINDS:
@@ -122,6 +127,13 @@ def job_name(value: str, field: str = "spec.name") -> str:
         raise SpecError(field, "must not be empty")
     if not NAME_RE.fullmatch(value):
         raise SpecError(field, f"{_show(value)} {NAME_HINT}")
+    return value
+
+
+def user_name(value: str, field: str = "spec.user") -> str:
+    """A job's user ("" = none: the job is its own user in DRF)."""
+    if value and not USER_RE.fullmatch(value):
+        raise SpecError(field, f"{_show(value)} {USER_HINT}")
     return value
 
 

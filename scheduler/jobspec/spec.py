@@ -76,6 +76,9 @@ class JobSpec:
     gpu_types: tuple[str, ...] = ()
     #: May it run on loaned servers (Lyra)? None = the core's default rule (elastic or short).
     loanable: bool | None = None
+    #: Who the job belongs to: CODA's CPU array shares CPUs between users by DRF. "" = the
+    #: job is its own user. A label, not an identity (the admin token names no user).
+    user: str = ""
 
     @property
     def cpu_only(self) -> bool:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from synergy.scheduler.arrays import settings as array_settings
 from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.registry import MECHANISMS, POLICIES
 from synergy.scheduler.simulator.cpu_jobs import CpuJobParams
@@ -193,10 +194,7 @@ def _add_cpu_array_flags(p: argparse.ArgumentParser) -> None:
                    help="CPU-only jobs from a CSV: job_id,user,arrival_s,cpus,mem_gb,duration_s (ids >= 1000000)")
     g.add_argument("--cpu-servers", type=int, default=0,
                    help="servers without GPUs (the GPU servers' CPUs and memory) in the CPU array (default 0)")
-    g.add_argument("--borrow-fraction", type=float, default=1.0,
-                   help="fraction of each GPU server's CPUs CPU-only jobs may hold (default 1.0)")
-    g.add_argument("--no-trim-training", dest="trim_training", action="store_false",
-                   help="CPU-only jobs take idle CPUs only, never a training job's share above proportional")
+    array_settings.add_flags(g)  # --borrow-fraction, --no-trim-training: the same as synergyd's
 
 
 def _run_parser() -> _Parser:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from synergy.scheduler.arrays.cpu_array import CpuArray
+from synergy.scheduler.arrays import settings as array_settings
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.model import Cluster, Job, Resources, Server, ServerPool
 from synergy.scheduler.profiles.format import TASKS, ProfileError, SensitivityProfile
@@ -181,8 +181,10 @@ def _check_spec(spec: RunSpec) -> None:
         raise SimInputError(f"--migration-cost-s must be >= 0 and below --round-s, got {spec.migration_cost_s}")
     if spec.cpu_servers < 0:
         raise SimInputError(f"--cpu-servers must be >= 0, got {spec.cpu_servers}")
-    if not 0 <= spec.borrow_fraction <= 1:
-        raise SimInputError(f"--borrow-fraction must be within [0, 1], got {spec.borrow_fraction}")
+    try:
+        array_settings.cpu_array(spec.borrow_fraction, spec.trim_training)
+    except ValueError as exc:
+        raise SimInputError(str(exc)) from None
     if spec.cpu_jobs is not None and spec.cpu_trace is not None:
         raise SimInputError("--cpu-trace replays recorded CPU-only jobs; drop --cpu-jobs-per-h")
     if spec.cpu_jobs is not None:
@@ -231,7 +233,7 @@ def build(spec: RunSpec, pairs: PairTable | None = None) -> Scheduler:
     if spec.mechanism == "opt":
         mechanism = replace(scheduler.mechanism, placement_limit=spec.opt_placement_limit)  # type: ignore[type-var]
         scheduler = replace(scheduler, mechanism=mechanism)
-    return replace(scheduler, cpu_array=CpuArray(spec.borrow_fraction, spec.trim_training))
+    return replace(scheduler, cpu_array=array_settings.cpu_array(spec.borrow_fraction, spec.trim_training))
 
 
 def pair_table(spec: RunSpec, profiles: Mapping[str, SensitivityProfile]) -> PairTable | None:

@@ -122,3 +122,22 @@ def test_migration_matching_is_on_unless_a_flag_or_the_toml_turns_it_off(tmp_pat
     toml.write_text('migration-matching = "off"\n')
     with pytest.raises(ConfigError, match="migration-matching"):
         load_config(["--config", str(toml), "--state-dir", str(tmp_path)])
+
+
+def test_cpu_array_flags_and_toml_keys_reach_the_daemons_scheduler(tmp_path: Path) -> None:
+    """CODA's CPU array: --borrow-fraction / --no-trim-training (or their TOML keys) become the
+    core's CpuArray; a bad fraction stops the daemon with the sentence synergy-sim prints."""
+    from synergy.scheduler.arrays.cpu_array import CpuArray
+
+    assert load_config(["--state-dir", str(tmp_path)]).cpu_array == CpuArray(1.0, True)
+    c = load_config(["--state-dir", str(tmp_path), "--borrow-fraction", "0.25", "--no-trim-training"])
+    assert c.cpu_array == CpuArray(0.25, False)
+    toml = tmp_path / "a.toml"
+    toml.write_text("borrow-fraction = 0\ntrim_training = false\n")
+    assert load_config(["--config", str(toml), "--state-dir", str(tmp_path)]).cpu_array == CpuArray(0.0, False)
+    for bad in ("1.5", "-0.1", "nan", "inf"):
+        with pytest.raises(ConfigError, match=r"^--borrow-fraction must be within \[0, 1\], got "):
+            load_config(["--state-dir", str(tmp_path), "--borrow-fraction", bad])
+    toml.write_text('borrow-fraction = "half"\n')
+    with pytest.raises(ConfigError, match="'borrow-fraction' has the wrong type"):
+        load_config(["--config", str(toml), "--state-dir", str(tmp_path)])

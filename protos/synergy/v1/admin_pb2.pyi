@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile", "kind", "profiler", "gpu_types", "loanable")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile", "kind", "profiler", "gpu_types", "loanable", "user")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class JobSpec(_message.Message):
     PROFILER_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPES_FIELD_NUMBER: _ClassVar[int]
     LOANABLE_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -54,7 +55,8 @@ class JobSpec(_message.Message):
     profiler: str
     gpu_types: _containers.RepeatedScalarFieldContainer[str]
     loanable: bool
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ..., kind: _Optional[str] = ..., profiler: _Optional[str] = ..., gpu_types: _Optional[_Iterable[str]] = ..., loanable: _Optional[bool] = ...) -> None: ...
+    user: str
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ..., kind: _Optional[str] = ..., profiler: _Optional[str] = ..., gpu_types: _Optional[_Iterable[str]] = ..., loanable: _Optional[bool] = ..., user: _Optional[str] = ...) -> None: ...
 
 class JobTransition(_message.Message):
     __slots__ = ("from_state", "to_state", "reason", "at_unix_s")
@@ -345,7 +347,7 @@ class GetClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterStatusResponse(_message.Message):
-    __slots__ = ("policy", "mechanism", "round_s", "round_index", "next_round_at_unix_s", "last_decision_ms", "capacity", "allocated", "free", "nodes_total", "nodes_ready", "job_counts", "daemon_version", "started_at_unix_s", "max_job_gpus")
+    __slots__ = ("policy", "mechanism", "round_s", "round_index", "next_round_at_unix_s", "last_decision_ms", "capacity", "allocated", "free", "nodes_total", "nodes_ready", "job_counts", "daemon_version", "started_at_unix_s", "max_job_gpus", "cpu_array")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     ROUND_S_FIELD_NUMBER: _ClassVar[int]
@@ -361,6 +363,7 @@ class GetClusterStatusResponse(_message.Message):
     DAEMON_VERSION_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     MAX_JOB_GPUS_FIELD_NUMBER: _ClassVar[int]
+    CPU_ARRAY_FIELD_NUMBER: _ClassVar[int]
     policy: str
     mechanism: str
     round_s: float
@@ -376,7 +379,16 @@ class GetClusterStatusResponse(_message.Message):
     daemon_version: str
     started_at_unix_s: float
     max_job_gpus: int
-    def __init__(self, policy: _Optional[str] = ..., mechanism: _Optional[str] = ..., round_s: _Optional[float] = ..., round_index: _Optional[int] = ..., next_round_at_unix_s: _Optional[float] = ..., last_decision_ms: _Optional[float] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., nodes_total: _Optional[int] = ..., nodes_ready: _Optional[int] = ..., job_counts: _Optional[_Iterable[_Union[JobStateCount, _Mapping]]] = ..., daemon_version: _Optional[str] = ..., started_at_unix_s: _Optional[float] = ..., max_job_gpus: _Optional[int] = ...) -> None: ...
+    cpu_array: CpuArraySettings
+    def __init__(self, policy: _Optional[str] = ..., mechanism: _Optional[str] = ..., round_s: _Optional[float] = ..., round_index: _Optional[int] = ..., next_round_at_unix_s: _Optional[float] = ..., last_decision_ms: _Optional[float] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., nodes_total: _Optional[int] = ..., nodes_ready: _Optional[int] = ..., job_counts: _Optional[_Iterable[_Union[JobStateCount, _Mapping]]] = ..., daemon_version: _Optional[str] = ..., started_at_unix_s: _Optional[float] = ..., max_job_gpus: _Optional[int] = ..., cpu_array: _Optional[_Union[CpuArraySettings, _Mapping]] = ...) -> None: ...
+
+class CpuArraySettings(_message.Message):
+    __slots__ = ("borrow_fraction", "trim_training")
+    BORROW_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    TRIM_TRAINING_FIELD_NUMBER: _ClassVar[int]
+    borrow_fraction: float
+    trim_training: bool
+    def __init__(self, borrow_fraction: _Optional[float] = ..., trim_training: _Optional[bool] = ...) -> None: ...
 
 class SetPolicyRequest(_message.Message):
     __slots__ = ("policy", "mechanism")

@@ -6,6 +6,7 @@ from typing import Callable
 
 from rich.text import Text
 
+from synergy.scheduler.arrays import settings as array_settings
 from synergy.scheduler.cli.connection import Client
 from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import Result, enum_word, fmt_num, fmt_resources, fmt_time, kv_table, to_plain
@@ -50,6 +51,8 @@ def status(args: argparse.Namespace, connect: Connect) -> Result:
         ("free", fmt_resources(st.free.gpus, st.free.cpus, st.free.mem_gb)),
         ("jobs", ", ".join(f"{n} {s}" for s, n in counts.items()) or "none"),
         ("max job size", f"{st.max_job_gpus} GPUs"),
+        ("cpu array", array_settings.describe(st.cpu_array.borrow_fraction, st.cpu_array.trim_training)
+         if st.HasField("cpu_array") else "-"),
         ("daemon", f"{st.daemon_version or '?'} up since {fmt_time(st.started_at_unix_s)}"),
     ])
     return Result(data, summary)

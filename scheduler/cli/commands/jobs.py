@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +19,7 @@ from synergy.scheduler.cli.output import (
 )
 from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec, spec_document
 from synergy.scheduler.jobspec import parse_job_ref
+from synergy.scheduler.jobspec.rules import USER_RE
 from synergy.scheduler.jobspec.proto import spec_to_msg
 from synergy.v1 import admin_pb2, common_pb2
 
@@ -28,6 +31,7 @@ SPEC_FLAGS: dict[str, str] = {
     "memory_gb": "--memory-gb", "model": "--model", "task": "--task", "profile": "--profile",
     "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
     "profiler": "--profiler", "gpu_types": "--gpu-type", "loanable": "--loanable/--no-loanable",
+    "user": "--user",
 }
 STATES = [enum_word(common_pb2.JobState.DESCRIPTOR, v.number)
           for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
@@ -66,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profiler", metavar="HOW",
                    help="how the job's profile is found: auto (default: profile live when no profile is "
                         "known), synergy or coda (always profile live with that search), none (never)")
+    p.add_argument("--user", metavar="NAME",
+                   help="who the job belongs to, for fair shares between users of CPU-only jobs (DRF in "
+                        "the CPU array; default: your OS user name)")
     p.add_argument("--iterations", type=int, help="total training steps (lets SRTF/FTF estimate remaining time)")
     p.add_argument("--checkpoint-dir", help="where the job writes checkpoints (relative: to the working dir)")
     p.add_argument("--priority", type=int, help="reserved: stored, ignored by the paper's policies (-1000..1000)")
@@ -134,6 +141,22 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
     if flag_env:
         overrides["env"] = flag_env
         labels.update({f"env.{k}": f"--env {k}" for k in flag_env})
+    spec = _spec_from(args, overrides, labels, flag_env)
+    return spec if spec.user else replace(spec, user=default_user())
+
+
+def default_user() -> str:
+    """The submitting OS user's name when it is a valid `spec.user`; else "" (the job is then
+    its own user). The admin token names no user, so the CLI says who submits."""
+    try:
+        name = getpass.getuser()
+    except (OSError, KeyError):  # no name in the environment and none in the password database
+        return ""
+    return name if USER_RE.fullmatch(name) else ""
+
+
+def _spec_from(args: argparse.Namespace, overrides: dict[str, Any], labels: dict[str, str],
+               flag_env: dict[str, str]) -> JobSpec:
     try:
         if args.spec:
             return load_spec(args.spec, overrides=overrides, labels=labels)
@@ -191,12 +214,12 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         jobs = all_jobs(client, req)
     rows = [
-        (j.id, j.name, state_text(_state(j)), _gpus(j.spec),
+        (j.id, j.name, j.spec.user or "-", state_text(_state(j)), _gpus(j.spec),
          j.spec.model or "-", _where(j), j.steps_done or "-", fmt_age(j.submitted_at_unix_s),
          j.waiting_reason if _state(j) == "queued" and j.waiting_reason else j.state_reason)
         for j in jobs
     ]
-    view = table(None, ["ID", "NAME", "STATE", "GPUS", "MODEL", "ALLOCATION", "STEPS", "AGE", "REASON"],
+    view = table(None, ["ID", "NAME", "USER", "STATE", "GPUS", "MODEL", "ALLOCATION", "STEPS", "AGE", "REASON"],
                  rows) if rows else Text("no jobs")
     return Result({"jobs": [to_plain(j) for j in jobs]}, view)
 
@@ -276,6 +299,7 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
         ("command", shlex.join(s.command)),
         ("working dir", s.working_dir or "(agent default)"),
         ("kind", s.kind or "training"),
+        ("user", s.user or "-"),
         ("gpus", s.gpus),
         ("gpu types", ", ".join(s.gpu_types) or "any"),
         ("loanable", ("yes" if s.loanable else "no") if s.HasField("loanable") else "default (elastic or short)"),

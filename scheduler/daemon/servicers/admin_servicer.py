@@ -246,6 +246,9 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
             daemon_version=VERSION,
             started_at_unix_s=self.started_at,
             max_job_gpus=self.ctx.config.max_job_gpus,
+            cpu_array=admin_pb2.CpuArraySettings(
+                borrow_fraction=self.ctx.config.borrow_fraction, trim_training=self.ctx.config.trim_training
+            ),
         )
 
     @rpc
