@@ -29,7 +29,7 @@ __all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_sp
 FIELDS = (
     "name", "command", "working_dir", "env", "gpus", "cpus", "memory_gb",
     "model", "task", "profile", "iterations", "checkpoint_dir", "priority", "elastic", "kind",
-    "profiler",
+    "profiler", "no_share",
 )
 ELASTIC_FIELDS = ("min_gpus", "max_gpus")
 #: YAML field -> the JobSpec (and proto) field it fills, where the names differ.
@@ -138,7 +138,7 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
         checkpoint_dir=checkpoint_dir, priority=f.integer("priority") or 0,
         iterations=f.integer("iterations") or 0, min_gpus=elastic[0], max_gpus=elastic[1],
         profile=f.profile("profile", model, base=file_dir or base), kind=kind,
-        profiler=f.string("profiler"),
+        profiler=f.string("profiler"), no_share=f.boolean("no_share"),
     )
     try:
         rules.validate(spec)
@@ -160,6 +160,7 @@ def spec_document(spec: JobSpec) -> dict[str, Any]:
         "elastic": {"min_gpus": spec.min_gpus, "max_gpus": spec.max_gpus} if spec.elastic else None,
         "kind": spec.kind or None,
         "profiler": spec.profiler or None,
+        "no_share": spec.no_share or None,
     }
 
 
@@ -229,6 +230,15 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(key, f"must be an integer, got {_kind(value)} {value!r}")
+        return value
+
+    def boolean(self, key: str) -> bool:
+        """False when absent; YAML's true / false only (not "yes" as a string, not 1)."""
+        value = self._get(key, False)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.fail(key, f"must be true or false, got {_kind(value)} {value!r}")
         return value
 
     def number(self, key: str) -> float:

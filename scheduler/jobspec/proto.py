@@ -31,6 +31,7 @@ def spec_from_msg(m: admin_pb2.JobSpec) -> JobSpec:
         profile=profile_from_msg(m.profile) if m.HasField("profile") else None,
         kind=m.kind,
         profiler=m.profiler,
+        no_share=m.no_share,
     )
 
 
@@ -53,6 +54,7 @@ def spec_to_msg(s: JobSpec) -> admin_pb2.JobSpec:
         max_gpus=s.max_gpus,
         kind=s.kind,
         profiler=s.profiler,
+        no_share=s.no_share,
     )
     if s.profile is not None:
         m.profile.CopyFrom(profile_to_msg(s.model or s.name, s.profile))
@@ -65,7 +67,7 @@ def spec_summary_msg(s: JobSpec) -> admin_pb2.JobSpec:
     return admin_pb2.JobSpec(
         name=s.name, gpus=s.gpus, cpus_hint=s.cpus_hint, mem_gb_hint=s.mem_gb_hint, model=s.model,
         task=s.task, priority=s.priority, iterations=s.iterations, min_gpus=s.min_gpus, max_gpus=s.max_gpus,
-        kind=s.kind, profiler=s.profiler,
+        kind=s.kind, profiler=s.profiler, no_share=s.no_share,
     )
 
 

@@ -72,6 +72,9 @@ class JobSpec:
     #: "" / "auto": profile live only when no profile is known; "synergy" / "coda": always
     #: profile live with that search; "none": never (stand-in or proportional share).
     profiler: str = ""
+    #: Never share a GPU with another job (Tesserae's packing pairs at most two jobs per GPU
+    #: and skips this one): for jobs that must not be slowed by a partner.
+    no_share: bool = False
 
     @property
     def cpu_only(self) -> bool:
