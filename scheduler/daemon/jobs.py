@@ -37,6 +37,10 @@ def same_share(a: Placement, b: Placement) -> bool:
     )
 
 
+def _gpus_per_node(job: JobRecord) -> list[tuple[str, int]]:
+    return sorted((p.server_id, p.gpus) for p in job.placements)
+
+
 class JobBook:
     def __init__(self, ctx: DaemonContext) -> None:
         self.ctx = ctx
@@ -179,7 +183,11 @@ class JobBook:
         return new
 
     def request_stop(
-        self, job: JobRecord, reason: str, next_placements: Sequence[Placement] = (), next_packed_with: int | None = None
+        self,
+        job: JobRecord,
+        reason: str,
+        next_placements: Sequence[Placement] = (),
+        next_packed_with: int | None = None,
     ) -> JobRecord:
         """Ask a RUNNING job to checkpoint and give its resources back (told at its next renewal).
 
@@ -287,7 +295,7 @@ class JobBook:
             return f"job {h}, whose GPUs it shares, is no longer running"
         if host.stopping:
             return f"job {h}, whose GPUs it shares, is stopping ({host.stop_reason})"
-        if sorted((p.server_id, p.gpus) for p in host.placements) != sorted((p.server_id, p.gpus) for p in job.placements):
+        if _gpus_per_node(host) != _gpus_per_node(job):
             return f"job {h}, whose GPUs it shares, now holds other GPUs"
         return ""
 
