@@ -8,6 +8,15 @@ output in `<work-dir>/logs/<job>-<attempt>-<rank>.log` and the environment contr
 send SIGKILL; `poll()` (called whenever the agent wakes, e.g. on SIGCHLD) reaps exits and
 enforces those deadlines.
 
+Packing (Tesserae, issue 10): a LAUNCH whose `packed_with_job_id` names a job with a
+running task on this node gets that task's GPU indices (the same `CUDA_VISIBLE_DEVICES`),
+with cores and a memory limit of its own; no GPU index ever carries more than two tasks.
+The daemon sends the host's LAUNCH before its partner's, in the same heartbeat reply or an
+earlier one, so the agent does not wait for a host: a packed launch whose host is not
+running here fails at once with a message naming the field (the daemon launches the job
+again on its next attempt). Unpacked launches only take GPUs no live task holds, so the
+GPUs of a pair stay taken while either of its tasks runs.
+
 Bad input never raises out of `launch`: an impossible placement, a missing command or a
 working directory that does not exist becomes an exited task with a clear message
 (exit code `LAUNCH_FAILED`), and the agent keeps serving its other tasks.
@@ -95,6 +104,8 @@ class Task:
     throttle_level: int = 0
     #: how the throttle acts: "quota" (the cgroup CPU quota) or "mba" (resctrl, the quota untouched)
     throttle_via: str = "quota"
+    #: packing: the job whose task's GPUs this task shares (0 = GPUs its own)
+    packed_with: int = 0
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -120,7 +131,7 @@ class Task:
             "shim_pid": self.shim_pid, "shim_ticks": self.shim_ticks, "exit_code": self.exit_code,
             "message": self.message, "stop_reason": self.stop_reason, "kill_at_unix": kill_at_unix,
             "started_at": self.started_at, "lost": self.lost, "throttle_level": self.throttle_level,
-            "throttle_via": self.throttle_via,
+            "throttle_via": self.throttle_via, "packed_with": self.packed_with,
         }
 
     @classmethod
@@ -134,7 +145,7 @@ class Task:
             shim_pid=int(r["shim_pid"]), shim_ticks=int(r["shim_ticks"]), exit_code=int(r["exit_code"]),
             message=r["message"], stop_reason=r["stop_reason"], started_at=float(r["started_at"]),
             lost=r.get("lost", ""), adopted=True, throttle_level=int(r.get("throttle_level", 0)),
-            throttle_via=r.get("throttle_via", "quota"),
+            throttle_via=r.get("throttle_via", "quota"), packed_with=int(r.get("packed_with", 0)),
         )
 
 
@@ -150,6 +161,10 @@ def log_tail(path: Path, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> st
         return ""
     text = "\n".join(data.rstrip("\n").splitlines()[-lines:])
     return text[-chars:]
+
+
+#: The most tasks one GPU index ever carries (a packed pair).
+MAX_TASKS_PER_GPU = 2
 
 
 #: How a task's exit is counted (on /metrics): the kinds, fixed so the counts never change shape.
@@ -240,7 +255,8 @@ class Supervisor:
         if key in self.tasks:  # instructions repeat until the report shows them done
             return self.tasks[key]
         p = spec.placement
-        task = Task(key, spec.job_name, Share(int(p.gpus), p.cpus, p.mem_gb), self.logs_dir / f"{key}.log")
+        task = Task(key, spec.job_name, Share(int(p.gpus), p.cpus, p.mem_gb), self.logs_dir / f"{key}.log",
+                    packed_with=int(spec.packed_with_job_id))
         self.tasks[key] = task
         try:
             self._start(task, spec)
@@ -261,17 +277,21 @@ class Supervisor:
             task.grant = choose_cores(share.cpus, self.cores, held)
         except CoreError as exc:
             raise LaunchError(f"impossible placement: {exc}") from None
-        free_gpus = [i for i in range(self.gpu_count) if i not in taken_gpus]
-        if share.gpus > len(free_gpus):
-            raise LaunchError(
-                f"impossible placement: needs {share.gpus} GPUs, {len(free_gpus)} of {self.gpu_count} are free"
-            )
+        if task.packed_with:
+            gpu_indices = self._packed_gpus(task)
+        else:
+            free_gpus = [i for i in range(self.gpu_count) if i not in taken_gpus]
+            if share.gpus > len(free_gpus):
+                raise LaunchError(
+                    f"impossible placement: needs {share.gpus} GPUs, {len(free_gpus)} of {self.gpu_count} are free"
+                )
+            gpu_indices = tuple(free_gpus[: share.gpus])
         if share.mem_gb < 0 or mem_used + share.mem_gb > self.mem_gb + 1e-6:
             raise LaunchError(
                 f"impossible placement: needs {share.mem_gb:g} GB of memory, "
                 f"{max(0.0, self.mem_gb - mem_used):g} of {self.mem_gb:g} GB are free"
             )
-        task.gpu_indices = tuple(free_gpus[: share.gpus])
+        task.gpu_indices = gpu_indices
         try:
             self.cgroups.create(task.cgroup, self._limits(share, task.cores))
         except CgroupError as exc:
@@ -338,9 +358,28 @@ class Supervisor:
             cpus=share.cpus,
             mem_gb=share.mem_gb,
             gpus=list(task.gpu_indices),
+            packed_with=task.packed_with,
             cgroup=self.cgroups.kind,
             log=str(task.log_path),
         )
+
+    def _packed_gpus(self, task: Task) -> tuple[int, ...]:
+        """The GPU indices of the running task of the job `task` is packed with (its host)."""
+        host_id = task.packed_with
+        hosts = [t for t in self.tasks.values() if t.key.job_id == host_id and t.phase == Phase.RUNNING]
+        if not hosts:
+            raise LaunchError(f"task.packed_with_job_id: job {host_id} has no running task on this node "
+                              "to share GPUs with")
+        host = max(hosts, key=lambda t: t.key.attempt)
+        if host.share.gpus != task.share.gpus or not host.gpu_indices:
+            raise LaunchError(f"task.packed_with_job_id: job {host_id} holds {len(host.gpu_indices)} GPUs here, "
+                              f"this task asks for {task.share.gpus} (a packed task shares every GPU of its host)")
+        for i in host.gpu_indices:
+            carried = sum(1 for t in self.tasks.values() if t.alive and t.key != task.key and i in t.gpu_indices)
+            if carried >= MAX_TASKS_PER_GPU:
+                raise LaunchError(f"task.packed_with_job_id: GPU {i} of job {host_id} already carries "
+                                  f"{carried} tasks (at most {MAX_TASKS_PER_GPU} per GPU)")
+        return host.gpu_indices
 
     def _environment(self, task: Task, spec: node_pb2.TaskSpec) -> dict[str, str]:
         """The agent's environment minus SYNERGY_*, gRPC's fork settings, the job's env, the contract."""

@@ -17,6 +17,16 @@ OK = JobSpec(name="r18", command=("python", "train.py"), gpus=2, working_dir="/w
 
 def test_round_trip_through_the_wire() -> None:
     assert spec_from_msg(spec_to_msg(validate(OK))) == OK
+    shy = replace(OK, no_share=True)
+    assert spec_from_msg(spec_to_msg(validate(shy))) == shy
+
+
+def test_no_share_is_for_gpu_jobs() -> None:
+    cpu = JobSpec(name="prep", command=("python", "p.py"), gpus=0, kind="cpu", cpus_hint=1, mem_gb_hint=1,
+                  no_share=True)
+    with pytest.raises(SpecError) as err:
+        validate(cpu)
+    assert err.value.field == "spec.no_share"
 
 
 @pytest.mark.parametrize("change, field", [

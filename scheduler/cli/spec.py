@@ -29,7 +29,7 @@ __all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_sp
 FIELDS = (
     "name", "command", "working_dir", "env", "gpus", "cpus", "memory_gb",
     "model", "task", "profile", "iterations", "checkpoint_dir", "priority", "elastic", "kind",
-    "profiler", "gpu_types", "loanable", "user",
+    "profiler", "gpu_types", "loanable", "no_share", "user",
 )
 ELASTIC_FIELDS = ("min_gpus", "max_gpus")
 #: YAML field -> the JobSpec (and proto) field it fills, where the names differ.
@@ -139,7 +139,7 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
         iterations=f.integer("iterations") or 0, min_gpus=elastic[0], max_gpus=elastic[1],
         profile=f.profile("profile", model, base=file_dir or base), kind=kind,
         profiler=f.string("profiler"), gpu_types=f.strings("gpu_types"), loanable=f.boolean("loanable"),
-        user=f.string("user"),
+        no_share=f.boolean("no_share"), user=f.string("user"),
     )
     try:
         rules.validate(spec)
@@ -164,6 +164,7 @@ def spec_document(spec: JobSpec) -> dict[str, Any]:
         "gpu_types": list(spec.gpu_types) or None,
         "loanable": spec.loanable,
         "user": spec.user or None,
+        "no_share": spec.no_share or None,
     }
 
 
@@ -233,6 +234,15 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(key, f"must be an integer, got {_kind(value)} {value!r}")
+        return value
+
+    def boolean(self, key: str) -> bool:
+        """False when absent; YAML's true / false only (not "yes" as a string, not 1)."""
+        value = self._get(key, False)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.fail(key, f"must be true or false, got {_kind(value)} {value!r}")
         return value
 
     def number(self, key: str) -> float:

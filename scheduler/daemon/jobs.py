@@ -37,6 +37,10 @@ def same_share(a: Placement, b: Placement) -> bool:
     )
 
 
+def _gpus_per_node(job: JobRecord) -> list[tuple[str, int]]:
+    return sorted((p.server_id, p.gpus) for p in job.placements)
+
+
 class JobBook:
     def __init__(self, ctx: DaemonContext) -> None:
         self.ctx = ctx
@@ -178,22 +182,32 @@ class JobBook:
         )
         return new
 
-    def request_stop(self, job: JobRecord, reason: str, next_placements: Sequence[Placement] = ()) -> JobRecord:
+    def request_stop(
+        self,
+        job: JobRecord,
+        reason: str,
+        next_placements: Sequence[Placement] = (),
+        next_packed_with: int | None = None,
+    ) -> JobRecord:
         """Ask a RUNNING job to checkpoint and give its resources back (told at its next renewal).
 
         A job none of whose processes has been launched yet is preempted on the spot.
+        `next_packed_with` goes with `next_placements` (None: the job's own, unchanged).
         """
+        nxt = tuple(next_placements)
+        packed = job.next_packed_with if next_packed_with is None else next_packed_with
         if job.stopping:
-            return replace(job, next_placements=tuple(next_placements))
+            return replace(job, next_placements=nxt, next_packed_with=packed)
         now = self.ctx.clock.now()
         live = self.ctx.live.jobs.get(job.id)
         launched = live is not None and live.attempt == job.attempt and (live.launched or live.ranks)
         # Running since before this daemon started: a previous daemon may have launched it.
         launched = launched or job.history[-1].at_s < self.ctx.started_at
         if not launched and not self._observed_running(job):
-            return self.preempt(replace(job, next_placements=tuple(next_placements)), f"{reason} (before it started)")
+            return self.preempt(replace(job, next_placements=nxt, next_packed_with=packed),
+                                f"{reason} (before it started)")
         event(self.ctx.log, "job.stop_requested", job=job.id, attempt=job.attempt, reason=reason)
-        return replace(job, stop_reason=reason, stop_requested_at=now, next_placements=tuple(next_placements))
+        return replace(job, stop_reason=reason, stop_requested_at=now, next_placements=nxt, next_packed_with=packed)
 
     def _observed_running(self, job: JobRecord) -> list[tuple[str, ObservedTask]]:
         """Not-yet-exited tasks of the current attempt, as reported by the nodes they are placed on."""
@@ -208,14 +222,15 @@ class JobBook:
         now = self.ctx.clock.now()
         if job.state == JobState.PROFILING:
             return self._profiling_ended(job, reason, now)
-        nxt = job.next_placements
+        nxt, packed = job.next_placements, job.next_packed_with
         job = self.with_progress(job).to(JobState.PREEMPTED, reason, now, preemptions=job.preemptions + 1)
         job = job.to(JobState.QUEUED, "back in the queue", now)
         self.ctx.live.jobs.pop(job.id, None)
         event(self.ctx.log, "job.preempted", job=job.id, reason=reason)
         if nxt and all(self.placeable(p.server_id) for p in nxt):
-            return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation")
-        return replace(job, next_placements=())
+            return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation",
+                               packed_with=packed, next_packed_with=0)
+        return replace(job, next_placements=(), next_packed_with=0)
 
     def _profiling_ended(self, job: JobRecord, reason: str, now: float) -> JobRecord:
         job = self.with_progress(job)
@@ -266,6 +281,23 @@ class JobBook:
         return self.with_progress(job).to(
             JobState.FAILED, f"rank {rank} on node {node_id} {how}{detail}", now, exit_code=code
         )
+
+    def partner_left(self, job: JobRecord, host: JobRecord | None) -> str:
+        """Why a placed packed job may no longer run on its host's GPUs ("" = it may).
+
+        Its GPUs are its host's only while the host holds them, unmoved and not stopping;
+        otherwise the packed job would keep GPUs nobody accounts for.
+        """
+        if not job.packed_with or not job.placed or job.stopping:
+            return ""
+        h = job.packed_with
+        if host is None or not host.placed:
+            return f"job {h}, whose GPUs it shares, is no longer running"
+        if host.stopping:
+            return f"job {h}, whose GPUs it shares, is stopping ({host.stop_reason})"
+        if _gpus_per_node(host) != _gpus_per_node(job):
+            return f"job {h}, whose GPUs it shares, now holds other GPUs"
+        return ""
 
     def placeable(self, node_id: str) -> bool:
         """Whether new work may go to the node now (a round's plan may predate a drain or a loss)."""

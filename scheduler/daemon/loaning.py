@@ -82,7 +82,9 @@ class LoanBook:
                 raise InvalidArgument("count", f"must be 1 to the {len(loaned)} node(s) on loan, got {count}")
             now = ctx.clock.now()
             placed = [j for j in ctx.store.active_jobs() if j.placed]
-            allocations = {j.id: Allocation(j.id, tuple(j.placements)) for j in placed}
+            allocations = {
+                j.id: Allocation(j.id, tuple(j.placements), packed_with=j.packed_with or None) for j in placed
+            }
             servers = [Server(n.id, n.allocatable, pool=ServerPool.LOANED) for n in loaned]
             core = self.core_jobs(placed) if self.core_jobs is not None else None
             plan = plan_reclaim(servers, allocations, count, jobs=core)

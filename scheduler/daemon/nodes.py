@@ -261,9 +261,7 @@ class NodeBook:
         jobs = self._jobs_on(node.id) if jobs is None else jobs
         allocated = Resources()
         for j in jobs:
-            for p in j.placements:
-                if p.server_id == node.id:
-                    allocated = allocated + p.resources
+            allocated = allocated + j.held_on(node.id)  # a packed pair's GPUs once
         state, reason = self.state(node)
         live = self.ctx.live.nodes.get(node.id)
         return NodeView(

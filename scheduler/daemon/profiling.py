@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Mapping
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook, fmt_placements
 from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.daemon.records import JobRecord, JobState
+from synergy.scheduler.daemon.records import JobRecord, JobState, held
 from synergy.scheduler.model import Cluster, Placement, Resources, RoundInput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, run_filters
 
@@ -97,8 +97,9 @@ class ProfilingBook:
         for j in self.ctx.store.active_jobs():
             if j.state != JobState.RUNNING:
                 continue
-            for p in j.placements + j.next_placements:
-                used[p.server_id] = used.get(p.server_id, Resources()) + p.resources
+            for placements, packed in ((j.placements, j.packed_with), (j.next_placements, j.next_packed_with)):
+                for node_id in {p.server_id for p in placements}:
+                    used[node_id] = used.get(node_id, Resources()) + held(placements, packed, node_id)
         return {
             s.id: s.capacity - used.get(s.id, Resources())
             for s in cluster.servers

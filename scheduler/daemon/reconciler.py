@@ -4,7 +4,10 @@ Run on every heartbeat of a node, it records exits, then answers with what moves
 toward the desired state: STOP for tasks nobody wants any more (a stale attempt, a cancelled
 or lost job, a job that ignored its stop request), RESIZE for a task whose CPU / memory
 share changed in place, LAUNCH for a wanted task the node does not run yet, but only when
-what the node still runs leaves room for it. Because each reply is computed from full
+what the node still runs leaves room for it. A packed job's LAUNCH (it shares the GPUs
+of its host job: `JobRecord.packed_with`) goes out only once its host's task runs on the
+node or is launched earlier in the same reply, and its GPUs are not counted again; a
+packed job whose host stopped or moved is asked to stop. Because each reply is computed from full
 state rather than from a log of events, a restart of the daemon or the agent needs no
 special path: the next heartbeat reconciles.
 """
@@ -68,6 +71,7 @@ class Reconciler:
         assert node is not None
         now = ctx.clock.now()
         forget = self._record_exits(node_id, live_node.tasks)
+        self._stop_partners_left(node_id)
         desired = self.desired_on(node_id)
         out: list[Instruction] = []
         used = Resources()
@@ -77,7 +81,7 @@ class Reconciler:
             want = desired.get(key)
             share = task.placement or (want[1] if want else None)
             if share is not None:
-                used = used + share.resources
+                used = used + self._demand(key, share, live_node.tasks)
             if task.phase == TaskPhase.STOPPING:
                 continue
             if want is None:
@@ -96,23 +100,24 @@ class Reconciler:
             elif task.placement is not None and not same_share(task.placement, placement):
                 out.append(Instruction(InstructionKind.RESIZE, key, "allocation changed in place", placement=placement))
         allocatable = node.allocatable
-        for key in sorted(desired.keys() - live_node.tasks.keys()):
+        launching: set[TaskKey] = set()
+        # Hosts before their partners: a packed LAUNCH needs its host's task on the node.
+        for key in sorted(desired.keys() - live_node.tasks.keys(), key=lambda k: (desired[k][0].packed_with != 0, k)):
             job, placement = desired[key]
             if job.stopping:
                 continue
-            if not (used + placement.resources).fits_in(allocatable):
-                live_job = ctx.live.job(job.id, job.attempt, now)
-                if not live_job.launch_deferred:
-                    live_job.launch_deferred = True
-                    event(
-                        ctx.log,
-                        "job.launch_deferred",
-                        job=job.id,
-                        node=node_id,
-                        reason="the node still runs tasks that are being stopped",
-                    )
+            demand = placement.resources
+            if job.packed_with:
+                waiting = self._host_missing(job, node_id, live_node.tasks, launching)
+                if waiting:
+                    self._deferred(job, node_id, waiting, now)
+                    continue
+                demand = Resources(0, demand.cpus, demand.mem_gb)  # the host's GPUs, counted once
+            if not (used + demand).fits_in(allocatable):
+                self._deferred(job, node_id, "the node still runs tasks that are being stopped", now)
                 continue
-            used = used + placement.resources
+            used = used + demand
+            launching.add(key)
             master = ctx.store.node(job.placements[0].server_id)
             out.append(
                 Instruction(
@@ -136,6 +141,49 @@ class Reconciler:
                 reason=ins.reason,
             )
         return out, forget
+
+    def _demand(self, key: TaskKey, share: Placement, tasks: dict[TaskKey, ObservedTask]) -> Resources:
+        """What a task the node runs takes from it: a packed task's GPUs are its host's while
+        the host's task is there (counted with it), its own otherwise."""
+        r = share.resources
+        job = self.ctx.store.job(key.job_id)
+        if job is None or job.attempt != key.attempt or not job.packed_with:
+            return r
+        host_there = any(t.key.job_id == job.packed_with and t.phase != TaskPhase.EXITED for t in tasks.values())
+        return Resources(0, r.cpus, r.mem_gb) if host_there else r
+
+    def _host_missing(
+        self, job: JobRecord, node_id: str, tasks: dict[TaskKey, ObservedTask], launching: set[TaskKey]
+    ) -> str:
+        """Why a packed job's LAUNCH must wait for its host's task on the node ("" = it need not)."""
+        host = self.ctx.store.job(job.packed_with)
+        why = self.jobs.partner_left(job, host)
+        if why or host is None:
+            return why or f"job {job.packed_with} is unknown"
+        ranks = [r for r, p in enumerate(host.placements) if p.server_id == node_id]
+        for rank in ranks:
+            key = TaskKey(host.id, host.attempt, rank)
+            seen = tasks.get(key)
+            if key in launching or (seen is not None and seen.phase in (TaskPhase.STARTING, TaskPhase.RUNNING)):
+                return ""
+        return f"job {host.id}, whose GPUs it shares, has no running task on the node yet"
+
+    def _deferred(self, job: JobRecord, node_id: str, reason: str, now: float) -> None:
+        live_job = self.ctx.live.job(job.id, job.attempt, now)
+        if not live_job.launch_deferred:
+            live_job.launch_deferred = True
+            event(self.ctx.log, "job.launch_deferred", job=job.id, node=node_id, reason=reason)
+
+    def _stop_partners_left(self, node_id: str) -> None:
+        """Packed jobs on the node whose host stopped or moved since (cancelled, failed, its node
+        lost): asked to stop, so they never run on GPUs that are no longer their host's."""
+        changes = []
+        for job in self.ctx.store.running_on(node_id):
+            why = self.jobs.partner_left(job, self.ctx.store.job(job.packed_with)) if job.packed_with else ""
+            if why:
+                changes.append((job, self.jobs.request_stop(job, why)))
+        if changes:
+            self.ctx.save_jobs(changes)
 
     def _record_exits(self, node_id: str, tasks: dict[TaskKey, ObservedTask]) -> list[TaskKey]:
         """Apply every reported exit to its job (committed before the agent may forget it).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from synergy.scheduler.jobspec import JobSpec
 # AdminState is the core's (model.py): what an admin set on a node, which the filters read;
@@ -87,6 +87,9 @@ class JobRecord:
     profile_source: str = ""
     #: Desired allocation while RUNNING (empty otherwise).
     placements: tuple[Placement, ...] = ()
+    #: Packing (Tesserae): the placements run on the very GPUs of this job's (its host's),
+    #: two jobs per GPU, with CPUs and memory of their own; 0 = GPUs its own. See `held_on`.
+    packed_with: int = 0
     attempt: int = 0
     round_index: int = 0
     #: Set when the job must give its resources back (round, drain, cancel): why.
@@ -96,6 +99,8 @@ class JobRecord:
     stop_at_step: int = 0
     #: Allocation to relaunch with as soon as the current attempt has exited (migration).
     next_placements: tuple[Placement, ...] = ()
+    #: `packed_with` of that allocation.
+    next_packed_with: int = 0
     steps_done: int = 0
     samples_per_s: float = 0.0
     attained_gpu_s: float = 0.0
@@ -125,6 +130,12 @@ class JobRecord:
         """Holds a placement with live tasks: RUNNING, or PROFILING under a profiling lease."""
         return self.state.can_hold and bool(self.placements)
 
+    def held_on(self, node_id: str) -> Resources:
+        """What the job's placements take from a node: a packed job's GPUs are its host's,
+        counted once (there), so here only its CPUs and memory. Every sum of what nodes
+        have allocated goes through this."""
+        return held(self.placements, self.packed_with, node_id)
+
     @property
     def profiling_lease(self) -> bool:
         return self.state == JobState.PROFILING and bool(self.placements)
@@ -138,9 +149,9 @@ class JobRecord:
             extra["finished_at"] = now
         if state != JobState.RUNNING:
             # PROFILING: a placement is given explicitly (in `changes`) by the profiling launch.
-            extra.update(placements=(), stop_reason="", stop_requested_at=0.0, stop_at_step=0)
+            extra.update(placements=(), packed_with=0, stop_reason="", stop_requested_at=0.0, stop_at_step=0)
         if state.terminal:
-            extra["next_placements"] = ()
+            extra.update(next_placements=(), next_packed_with=0)
         extra.update(changes)
         return replace(
             self,
@@ -249,6 +260,17 @@ def node_from_dict(d: Mapping[str, Any]) -> NodeRecord:
         gpus=tuple(d["gpus"]),
     )
     return NodeRecord(**fields)
+
+
+def held(placements: Iterable[Placement], packed_with: int, node_id: str) -> Resources:
+    """What `placements` take from node `node_id`, their GPUs not counted when they are
+    packed onto another job's (`packed_with` != 0; see JobRecord.held_on)."""
+    out = Resources()
+    for p in placements:
+        if p.server_id == node_id:
+            r = p.resources
+            out = out + (Resources(0, r.cpus, r.mem_gb) if packed_with else r)
+    return out
 
 
 def placed_on(job: JobRecord, rank: int, node_id: str) -> bool:

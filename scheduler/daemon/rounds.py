@@ -48,6 +48,8 @@ class Plan:
     considered: frozenset[int]
     allocations: dict[int, tuple[Placement, ...]]
     waiting: dict[int, str] = field(default_factory=dict)
+    #: Packed allocations: job id -> the job whose GPUs it shares (Allocation.packed_with).
+    packed: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -139,7 +141,7 @@ class RoundLoop:
             core_jobs = [j for j in core_jobs if j.id not in no_type]
             # Jobs asked to stop are on their way out: they hold no place to keep.
             previous = {
-                j.id: Allocation(j.id, j.placements)
+                j.id: Allocation(j.id, j.placements, packed_with=j.packed_with or None)
                 for j in records
                 if j.state == JobState.RUNNING and j.placements and not j.stopping and j.id not in no_type
             }
@@ -150,19 +152,22 @@ class RoundLoop:
         ctx.metrics.decision_seconds.observe(decision_s)
         self.last_decision_s = decision_s
         placements = {job_id: tuple(alloc.placements) for job_id, alloc in out.allocations.items()}
+        packed = {job_id: a.packed_with for job_id, a in out.allocations.items() if a.packed_with is not None}
         return Plan(index, now, decision_s, frozenset(j.id for j in records), placements,
-                    {**out.waiting, **no_type})
+                    {**out.waiting, **no_type}, packed)
 
     def apply(self, plan: Plan) -> None:
         ctx = self.ctx
         with ctx.lock:
-            changes = []
+            changes = {}
             moved = 0
             for job in ctx.store.active_jobs():
                 new = self._apply_one(job, plan)
                 if new is not None and new is not job:
-                    changes.append((job, new))
+                    changes[job.id] = (job, new)
                     moved += new.migrations - job.migrations
+            self._stop_partners_left(plan, changes)
+            changes = list(changes.values())
             if changes:
                 ctx.save_jobs(changes)
             self.round_index = plan.round_index
@@ -182,8 +187,20 @@ class RoundLoop:
                 mechanism=self.mechanism,
             )
 
+    def _stop_partners_left(self, plan: Plan, changes: dict[int, tuple[JobRecord, JobRecord]]) -> None:
+        """Packed jobs whose host stops or moves this round are asked to stop in the same round
+        (the core keeps no packed job whose host left, but a stop request is not an exit)."""
+        now = {j.id: j for j in self.ctx.store.active_jobs()}
+        now.update((job_id, new) for job_id, (_, new) in changes.items())
+        for job in list(now.values()):
+            why = self.jobs.partner_left(job, now.get(job.packed_with))
+            if why:
+                old = changes[job.id][0] if job.id in changes else job
+                changes[job.id] = (old, self.jobs.request_stop(job, f"round {plan.round_index}: {why}", ()))
+
     def _apply_one(self, job: JobRecord, plan: Plan) -> JobRecord | None:
         new_place = plan.allocations.get(job.id)
+        packed = plan.packed.get(job.id, 0)
         r = plan.round_index
         if job.id not in plan.considered:
             if job.state == JobState.QUEUED:
@@ -199,17 +216,21 @@ class RoundLoop:
             if gone:  # lost or draining since the plan's snapshot: placing there would strand the job
                 return _waiting(job, f"node {', '.join(gone)} became unavailable after round {r} was decided; "
                                      "considered next round")
-            return self.jobs.launch(job, new_place, r, f"round {r}: placed on {fmt_placements(new_place)}")
+            where = f" (sharing the GPUs of job {packed})" if packed else ""
+            return self.jobs.launch(job, new_place, r, f"round {r}: placed on {fmt_placements(new_place)}{where}",
+                                    packed_with=packed)
         if job.state != JobState.RUNNING:
             return None
         if job.stopping:
-            return _with_next(job, new_place or ())
+            return _with_next(job, new_place or (), packed if new_place else 0)
         if new_place is None:
             why = plan.waiting.get(job.id, "not chosen this round")
             return self.jobs.request_stop(job, f"round {r}: lease not renewed ({why})")
-        if migrated(job.placements, new_place):
+        if migrated(job.placements, new_place) or packed != job.packed_with:  # other GPUs: a move
             moving = replace(job, migrations=job.migrations + 1)
-            return self.jobs.request_stop(moving, f"round {r}: moving to {fmt_placements(new_place)}", new_place)
+            where = f" (sharing the GPUs of job {packed})" if packed else ""
+            return self.jobs.request_stop(moving, f"round {r}: moving to {fmt_placements(new_place)}{where}",
+                                          new_place, packed)
         new_place = _in_order_of(job.placements, new_place)
         if len(new_place) == len(job.placements) and all(map(same_share, new_place, job.placements)):
             return None
@@ -243,6 +264,7 @@ class RoundLoop:
             mem_gb=job.spec.mem_gb_hint if job.spec.cpu_only else 0.0,
             gpu_types=frozenset(job.spec.gpu_types),
             loanable=job.spec.loanable,
+            no_share=job.spec.no_share,
         )
 
 
@@ -278,8 +300,10 @@ def _waiting(job: JobRecord, reason: str) -> JobRecord:
     return job if job.waiting_reason == reason else replace(job, waiting_reason=reason)
 
 
-def _with_next(job: JobRecord, placements: tuple[Placement, ...]) -> JobRecord:
-    return job if job.next_placements == placements else replace(job, next_placements=placements)
+def _with_next(job: JobRecord, placements: tuple[Placement, ...], packed_with: int) -> JobRecord:
+    if job.next_placements == placements and job.next_packed_with == packed_with:
+        return job
+    return replace(job, next_placements=placements, next_packed_with=packed_with)
 
 
 def _resized(job: JobRecord, placements: tuple[Placement, ...], round_index: int) -> JobRecord:

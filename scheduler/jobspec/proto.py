@@ -34,6 +34,7 @@ def spec_from_msg(m: admin_pb2.JobSpec) -> JobSpec:
         gpu_types=tuple(m.gpu_types),
         loanable=m.loanable if m.HasField("loanable") else None,
         user=m.user,
+        no_share=m.no_share,
     )
 
 
@@ -59,6 +60,7 @@ def spec_to_msg(s: JobSpec) -> admin_pb2.JobSpec:
         gpu_types=list(s.gpu_types),
         loanable=s.loanable,
         user=s.user,
+        no_share=s.no_share,
     )
     if s.profile is not None:
         m.profile.CopyFrom(profile_to_msg(s.model or s.name, s.profile))
@@ -71,7 +73,8 @@ def spec_summary_msg(s: JobSpec) -> admin_pb2.JobSpec:
     return admin_pb2.JobSpec(
         name=s.name, gpus=s.gpus, cpus_hint=s.cpus_hint, mem_gb_hint=s.mem_gb_hint, model=s.model,
         task=s.task, priority=s.priority, iterations=s.iterations, min_gpus=s.min_gpus, max_gpus=s.max_gpus,
-        kind=s.kind, profiler=s.profiler, gpu_types=list(s.gpu_types), loanable=s.loanable, user=s.user,
+        kind=s.kind, profiler=s.profiler, gpu_types=list(s.gpu_types), loanable=s.loanable, no_share=s.no_share,
+        user=s.user,
     )
 
 

@@ -85,6 +85,9 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
         # best-case demand: a job that cannot checkpoint would only fail there.
         raise SpecError(p + "checkpoint_dir", f"required with profiler {spec.profiler!r}: a profiled job stops "
                         "after profiling and resumes from its checkpoint")
+    if spec.cpu_only and spec.no_share:
+        raise SpecError(p + "no_share", "a CPU-only job takes no GPU, so there is none to share: "
+                                        "no_share applies to GPU jobs")
     if spec.cpu_only:
         _cpu_request(spec, p)
     elif spec.gpus < 1:

@@ -76,6 +76,9 @@ class JobSpec:
     gpu_types: tuple[str, ...] = ()
     #: May it run on loaned servers (Lyra)? None = the core's default rule (elastic or short).
     loanable: bool | None = None
+    #: Never share a GPU with another job (Tesserae's packing pairs at most two jobs per GPU
+    #: and skips this one): for jobs that must not be slowed by a partner.
+    no_share: bool = False
     #: Who the job belongs to: CODA's CPU array shares CPUs between users by DRF. "" = the
     #: job is its own user. A label, not an identity (the admin token names no user).
     user: str = ""

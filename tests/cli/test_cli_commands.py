@@ -288,3 +288,14 @@ def test_submit_elastic_range_reaches_the_daemon(cli) -> None:
     assert any("elastic-job" in line and "1-4" in line for line in table.out.splitlines()), table.out
     bad = cli("submit", "--name", "elastic-bad", "--gpus", "2", "--min-gpus", "3", "--max-gpus", "4", "--", "x")
     assert bad.code != 0 and "spec.gpus (--gpus): must lie in the elastic range 3..4" in bad.err
+
+
+def test_no_share_is_kept_and_described(cli) -> None:
+    job = as_json(cli("submit", "--name", "solo", "--gpus", "1", "--no-share", "--json", "--", "python", "t.py"))
+    assert job["spec"]["no_share"] is True
+    assert as_json(cli("describe", "solo", "--json"))["spec"]["no_share"] is True
+    shown = cli("describe", "solo")
+    assert shown.code == 0 and "never (no_share)" in shown.out
+    # a wrong type never reaches the daemon: one line, exit 2
+    run = cli("submit", "--name", "solo2", "--gpus", "1", "--no-share=yes", "--", "python", "t.py")
+    assert run.code == 2 and "Traceback" not in run.err

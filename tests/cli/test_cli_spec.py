@@ -228,3 +228,25 @@ def test_user_defaults_to_the_os_user_and_is_checked(tmp_path: Path, capsys: pyt
     code, _, err = dry_run(capsys, *cpu, "--user", "no body")
     assert code == 2 and err.strip() == ("synergy: error: command line: spec.user (--user): 'no body' must start "
                                          "with a letter or '_' and hold at most 63 letters, digits, '.', '_' or '-'")
+
+
+# -- no_share (Tesserae's packing skips the job) ------------------------------------------------
+def test_no_share_from_the_file_and_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_spec(write(tmp_path, "name: a\ncommand: [python, t.py]\ngpus: 1\nno_share: true\n")).no_share
+    assert not load_spec(write(tmp_path, "name: a\ncommand: [python, t.py]\ngpus: 1\n")).no_share
+    code, spec, err = dry_run(capsys, "--name", "a", "--gpus", "1", "--no-share", "--command", "x")
+    assert code == 0 and spec["no_share"] is True, err
+
+
+@pytest.mark.parametrize("body, message", [
+    ("no_share: 'yes'", "spec.no_share: must be true or false, got a string 'yes'"),
+    ("no_share: 1", "spec.no_share: must be true or false, got an integer 1"),
+    ("kind: cpu\ncpus: 1\nmemory_gb: 1\nno_share: true",
+     "spec.no_share: a CPU-only job takes no GPU, so there is none to share"),
+])
+def test_bad_no_share_is_named_in_one_line(tmp_path: Path, body: str, message: str) -> None:
+    gpus = "" if "kind: cpu" in body else "gpus: 1\n"
+    path = write(tmp_path, f"name: a\ncommand: [python, t.py]\n{gpus}{body}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert message in str(info.value) and "\n" not in str(info.value)

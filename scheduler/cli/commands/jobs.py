@@ -31,7 +31,7 @@ SPEC_FLAGS: dict[str, str] = {
     "memory_gb": "--memory-gb", "model": "--model", "task": "--task", "profile": "--profile",
     "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
     "profiler": "--profiler", "gpu_types": "--gpu-type", "loanable": "--loanable/--no-loanable",
-    "user": "--user",
+    "user": "--user", "no_share": "--no-share",
 }
 STATES = [enum_word(common_pb2.JobState.DESCRIPTOR, v.number)
           for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
@@ -73,6 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--user", metavar="NAME",
                    help="who the job belongs to, for fair shares between users of CPU-only jobs (DRF in "
                         "the CPU array; default: your OS user name)")
+    p.add_argument("--no-share", action="store_const", const=True,
+                   help="never share a GPU with another job (packing pairs at most two jobs per GPU)")
     p.add_argument("--iterations", type=int, help="total training steps (lets SRTF/FTF estimate remaining time)")
     p.add_argument("--checkpoint-dir", help="where the job writes checkpoints (relative: to the working dir)")
     p.add_argument("--priority", type=int, help="reserved: stored, ignored by the paper's policies (-1000..1000)")
@@ -282,7 +284,8 @@ def _state_number(word: str) -> int:
 def _where(job: admin_pb2.JobInfo) -> str:
     if not job.placements:
         return "-"
-    return ", ".join(f"{p.node_id}:{p.gpus}g/{fmt_num(p.cpus)}c/{fmt_num(p.mem_gb)}G" for p in job.placements)
+    where = ", ".join(f"{p.node_id}:{p.gpus}g/{fmt_num(p.cpus)}c/{fmt_num(p.mem_gb)}G" for p in job.placements)
+    return f"{where} (packed with {job.packed_with_job_id})" if job.packed_with_job_id else where
 
 
 def _describe_view(job: admin_pb2.JobInfo) -> Group:
@@ -303,6 +306,7 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
         ("gpus", s.gpus),
         ("gpu types", ", ".join(s.gpu_types) or "any"),
         ("loanable", ("yes" if s.loanable else "no") if s.HasField("loanable") else "default (elastic or short)"),
+        ("gpu sharing", "never (no_share)" if s.no_share else "allowed"),
         ("request" if s.kind == "cpu" else "hints", ", ".join(x for x in (s.cpus_hint and f"{fmt_num(s.cpus_hint)} CPU",
                                          s.mem_gb_hint and f"{fmt_num(s.mem_gb_hint)} GB") if x) or "-"),
         ("model", " / ".join(x for x in (s.model, s.task) if x) or "-"),
@@ -333,6 +337,8 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
         rows.append(("stopping at", f"step {job.stop_at_step}"))
     if job.exit_code:
         rows.append(("exit code", f"{job.exit_code}{EXIT_MEANING.get(job.exit_code, '')}"))
+    if job.packed_with_job_id:
+        rows.append(("packed with", f"job {job.packed_with_job_id} (runs on its GPUs, two jobs per GPU)"))
     parts: list[Any] = [kv_table(rows)]
     if job.tasks:
         parts += [Text(""), table("Tasks", ["RANK", "NODE", "STATE", "PID", "CPU", "RSS", "MEM BW"], [

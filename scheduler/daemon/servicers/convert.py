@@ -91,6 +91,7 @@ def job_to_info(
         started_at_unix_s=job.started_at,
         finished_at_unix_s=job.finished_at,
         placements=[placement_to_msg(p) for p in job.placements],
+        packed_with_job_id=job.packed_with,
         attempt=job.attempt,
         steps_done=job.steps_done,
         samples_per_s=job.samples_per_s,
@@ -233,6 +234,7 @@ def instruction_to_msg(ins: Instruction) -> node_pb2.Instruction:
                 resume_step=job.checkpoint_step,
                 master_node_id=job.placements[0].server_id,
                 master_hostname=ins.master_hostname,
+                packed_with_job_id=job.packed_with,
             )
         )
     return out
