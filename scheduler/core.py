@@ -156,7 +156,8 @@ def _waiting(
         elif not cluster.servers:
             # Open servers that are all GPU-less (the CPU array's) are not "none registered".
             gpu_less = len(verdicts) - len(closed)
-            why = note or (f"only GPU-less nodes ({gpu_less}), which run CPU-only jobs" if gpu_less else "none registered")
+            why = note or (f"only GPU-less nodes ({gpu_less}), which run CPU-only jobs" if gpu_less
+                           else "none registered")
             waiting[j.id] = f"no schedulable node: {why}"
         elif base_gpus(j) > total + EPS:
             waiting[j.id] = f"needs {base_gpus(j)} GPUs; the schedulable nodes have {total:g} in total" + (
