@@ -167,6 +167,7 @@ class App:
             mechanism=self.rounds.mechanism,
             borrow_fraction=cfg.borrow_fraction,
             trim_training=cfg.trim_training,
+            packing=f"{len(self.rounds.pairs)} pairs from {cfg.pairs}" if self.rounds.pairs is not None else "off",
             round_s=cfg.round_s,
             tls=cfg.tls_cert is not None,
             agent_port=self.servers.agent_port,

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 from synergy.scheduler.arrays import settings as array_settings
 from synergy.scheduler.arrays.cpu_array import CpuArray
 from synergy.scheduler.placement.scorers import SCORERS
+from synergy.scheduler.profiles.format import ProfileError
+from synergy.scheduler.profiles.pairs import PAIRS_KEY, load_pairs
 from synergy.scheduler.registry import MECHANISMS, POLICIES
 from synergy.scheduler.statedir import default_state_dir
 
@@ -48,6 +50,9 @@ class DaemonConfig:
     round_s: float = 300.0
     max_job_gpus: int = 64
     profiles: Path | None = None
+    #: A profile file whose "pairs" list turns on Tesserae's packing (placement/packing.py);
+    #: None = packing off.
+    pairs: Path | None = None
     cluster_token_file: Path | None = None
     admin_token_file: Path | None = None
     tls_cert: Path | None = None
@@ -128,6 +133,9 @@ HELP: dict[str, str] = {
     "round_s": "round length in seconds: allocations are decided and leases expire per round (default 300)",
     "max_job_gpus": "largest GPU count one job may request; larger requests are rejected (default 64)",
     "profiles": "JSON sensitivity-profile file merged over the built-in model zoo",
+    "pairs": "JSON profile file whose \"pairs\" list (docs/profiles.md) turns on GPU sharing: Tesserae's packing "
+    "runs a waiting job on the GPUs of a placed one (two jobs per GPU at most) when the pair's combined "
+    "normalised throughput is above 1; may be the --profiles file (default: off)",
     "cluster_token_file": "file holding the token agents present (default STATE_DIR/cluster.token, "
     "generated on first start)",
     "admin_token_file": "file holding the token the CLI presents (default STATE_DIR/admin.token, "
@@ -151,7 +159,7 @@ HELP: dict[str, str] = {
     "log_format": "json (one object per line, default) or text",
 }
 
-_PATHS = {"state_dir", "profiles", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca"}
+_PATHS = {"state_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca"}
 _TYPES: dict[str, type] = {f.name: f.type for f in fields(DaemonConfig)}  # type: ignore[misc]
 
 
@@ -274,7 +282,20 @@ def _validate(c: DaemonConfig) -> None:
         raise ConfigError(f"--log-level must be debug, info, warning or error, got {c.log_level!r}")
     if c.log_format not in ("json", "text"):
         raise ConfigError(f"--log-format must be json or text, got {c.log_format!r}")
-    for name in ("profiles", "tls_cert", "tls_key", "tls_client_ca", "cluster_token_file", "admin_token_file"):
+    if c.pairs is not None and c.pairs.is_file():
+        _check_pairs(c.pairs)
+    for name in ("profiles", "pairs", "tls_cert", "tls_key", "tls_client_ca", "cluster_token_file", "admin_token_file"):
         path = getattr(c, name)
         if path is not None and name not in ("cluster_token_file", "admin_token_file") and not path.is_file():
             raise ConfigError(f"--{name.replace('_', '-')}: no such file {path}")
+
+
+def _check_pairs(path: Path) -> None:
+    """A --pairs file must load and hold at least one pair: packing that can never pair is a
+    mistake worth stopping for, not a silent no-op."""
+    try:
+        table = load_pairs(path)
+    except ProfileError as exc:
+        raise ConfigError(f"--pairs: {exc}") from None
+    if not len(table):
+        raise ConfigError(f"--pairs {path}: the file has no {PAIRS_KEY!r} list (docs/profiles.md)")

@@ -34,6 +34,7 @@ from synergy.scheduler.daemon.profiling import held_by_profiling
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, Resources, RoundInput, Server
 from synergy.scheduler.placement.migration import migrated
+from synergy.scheduler.profiles.pairs import load_pairs
 from synergy.scheduler.registry import UnknownNameError, build_scheduler
 
 #: Training length assumed for a job that did not say (orders it last under SRTF / FTF).
@@ -65,14 +66,18 @@ class RoundLoop:
     def __post_init__(self) -> None:
         self.policy = self.ctx.store.setting("policy") or self.ctx.config.policy
         self.mechanism = self.ctx.store.setting("mechanism") or self.ctx.config.mechanism
+        # Read once: load_config has checked the file, and a round must not depend on a file
+        # edited under a running daemon.
+        self.pairs = load_pairs(self.ctx.config.pairs) if self.ctx.config.pairs is not None else None
         self.scheduler: Scheduler = self._build(self.policy, self.mechanism)
         if not self.next_boundary:
             self.next_boundary = self.ctx.clock.now() + self.ctx.config.round_s
 
     def _build(self, policy: str, mechanism: str) -> Scheduler:
-        """The named plug-ins with the daemon's fixed settings (scorer, relabelling, CPU array)."""
+        """The named plug-ins with the daemon's fixed settings (scorer, relabelling, packing,
+        CPU array)."""
         cfg = self.ctx.config
-        scheduler = build_scheduler(policy, mechanism, cfg.scorer, cfg.migration_matching)
+        scheduler = build_scheduler(policy, mechanism, cfg.scorer, cfg.migration_matching, self.pairs)
         return replace(scheduler, cpu_array=cfg.cpu_array)
 
     # -- runtime settings -----------------------------------------------------------------------

@@ -141,3 +141,22 @@ def test_cpu_array_flags_and_toml_keys_reach_the_daemons_scheduler(tmp_path: Pat
     toml.write_text('borrow-fraction = "half"\n')
     with pytest.raises(ConfigError, match="'borrow-fraction' has the wrong type"):
         load_config(["--config", str(toml), "--state-dir", str(tmp_path)])
+
+
+def test_pairs_file_is_checked_at_start(tmp_path: Path) -> None:
+    """--pairs turns packing on: a file that cannot pair anything stops the daemon with one line."""
+    state = ["--state-dir", str(tmp_path / "s")]
+    assert load_config(state).pairs is None
+    none = tmp_path / "none.json"
+    none.write_text('{"format": "synergy-profile/v1", "models": {}}')
+    with pytest.raises(ConfigError, match=r"^--pairs .*none\.json: the file has no 'pairs' list"):
+        load_config([*state, "--pairs", str(none)])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"pairs": [{"models": ["a", "b"], "throughput": [0.7, 2]}]}')
+    with pytest.raises(ConfigError, match=r"^--pairs: .*bad\.json: pairs\[0\]"):
+        load_config([*state, "--pairs", str(bad)])
+    with pytest.raises(ConfigError, match="^--pairs: no such file"):
+        load_config([*state, "--pairs", str(tmp_path / "missing.json")])
+    good = tmp_path / "good.json"
+    good.write_text('{"pairs": [{"models": ["a", "b"], "throughput": [0.7, 0.6]}]}')
+    assert load_config([*state, "--pairs", str(good)]).pairs == good
