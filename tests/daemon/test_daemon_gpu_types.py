@@ -173,3 +173,28 @@ def test_live_types_loanable_and_refusals(cluster, capsys: pytest.CaptureFixture
         assert json.loads(described)["spec"]["loanable"] is False
     finally:
         admin.close()
+
+
+def test_live_typed_jobs_land_on_nodes_of_their_type(tmp_path: Path) -> None:
+    """A V100 agent and a T4 agent, one GPU each: a V100-only job submitted first lands on the
+    V100 node and a T4-only job on the T4 node (type-blind, the first job takes the type that
+    ties first by name, T4, and the second runs on the wrong type)."""
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "600", round_s=0.5).start()
+    agents = [AgentProcess(d, tmp_path / f"work-{t}", f"{t.lower()}-node", "--no-cgroups", "--cpus", "0",
+                           "--memory", "1G", "--gpu-type", t, fake_gpus=1) for t in ("V100", "T4")]
+    admin = d.admin()
+    try:
+        for agent in agents:
+            agent.start()
+        wait_for(lambda: len(admin.ListNodes(admin_pb2.ListNodesRequest()).nodes) == 2, timeout=30, what="two nodes")
+        for name, t in (("wants-v100", "V100"), ("wants-t4", "T4")):
+            admin.submit(name, gpus=1, gpu_types=[t], command=(sys.executable, "-c", SLEEPER),
+                         working_dir=str(tmp_path))
+        for name, node in (("wants-t4", "t4-node"), ("wants-v100", "v100-node")):
+            wait_for(lambda: admin.state(name) == "running", timeout=60, what=f"{name} to run")
+            assert [p.node_id for p in admin.describe(name).placements] == [node]
+    finally:
+        admin.close()
+        for agent in agents:
+            agent.stop()
+        d.kill()
