@@ -180,8 +180,8 @@ def test_live_typed_jobs_land_on_nodes_of_their_type(tmp_path: Path) -> None:
     V100 node and a T4-only job on the T4 node (type-blind, the first job takes the type that
     ties first by name, T4, and the second runs on the wrong type)."""
     d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "600", round_s=0.5).start()
-    agents = [AgentProcess(d, tmp_path / f"work-{t}", f"{t.lower()}-node", "--no-cgroups", "--cpus", "0",
-                           "--memory", "1G", "--gpu-type", t, fake_gpus=1) for t in ("V100", "T4")]
+    agents = [AgentProcess(d, tmp_path / f"work-{t}", f"{t.lower()}-node", "--no-cgroups", "--cpus", cpus,
+                           "--memory", "1G", "--gpu-type", t, fake_gpus=1) for t, cpus in (("V100", "0"), ("T4", "0-1"))]
     admin = d.admin()
     try:
         for agent in agents:
@@ -193,6 +193,9 @@ def test_live_typed_jobs_land_on_nodes_of_their_type(tmp_path: Path) -> None:
         for name, node in (("wants-t4", "t4-node"), ("wants-v100", "v100-node")):
             wait_for(lambda: admin.state(name) == "running", timeout=60, what=f"{name} to run")
             assert [p.node_id for p in admin.describe(name).placements] == [node]
+        # The proportional share shown is the landed type's: 2 CPUs per T4, 1 per V100.
+        assert admin.describe("wants-t4").proportional_share.cpus == 2
+        assert admin.describe("wants-v100").proportional_share.cpus == 1
     finally:
         admin.close()
         for agent in agents:

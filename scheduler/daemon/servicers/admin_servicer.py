@@ -37,9 +37,15 @@ BACKUP_CHUNK_BYTES = 1024 * 1024
 def proportional_share(job: JobRecord, cluster: Cluster) -> Resources | None:
     """What a GPU-proportional scheduler gives the job on `cluster` (None: a CPU-only job,
     or no node with GPUs yet). The one definition is `Cluster.proportional_share`; this only
-    says when it applies."""
+    says when it applies, and on which GPU type: on a cluster mixing types, the share of the
+    type the job runs on (what "never below proportional" is held against), else the smallest
+    of any type."""
     if job.spec.cpu_only or job.spec.gpus <= 0 or not any(s.capacity.gpus > 0 for s in cluster.servers):
         return None
+    if cluster.typed and job.placements:
+        landed = cluster.gpu_type_of(job.placements[0].server_id)
+        if landed in cluster.gpu_types:
+            return cluster.proportional_share(job.spec.gpus, landed)
     return cluster.proportional_share(job.spec.gpus)
 
 
