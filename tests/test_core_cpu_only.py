@@ -187,3 +187,18 @@ def test_training_facing_only_gpu_less_nodes_is_told_so() -> None:
     out = Scheduler(Fifo(), Tune()).schedule(RoundInput(0.0, cluster, [training(1, 1), cpu_job(2, 2.0, 4.0)]))
     assert out.waiting[1] == "no schedulable node: only GPU-less nodes (2), which run CPU-only jobs"
     assert [p.server_id for p in out.allocations[2].placements] == ["c0"]
+
+
+def test_trimming_keeps_the_proportional_share_of_the_gpu_type_the_job_runs_on() -> None:
+    """V100 nodes have 2 CPUs per GPU, T4 nodes 6: a T4-only job holding 6 CPUs on its T4 is
+    at its type's proportional share and is not trimmed for a CPU-only job (with the whole
+    cluster's 2 CPUs per GPU as the floor, it would be cut to 2)."""
+    sensitive = make_profile("p", cpu_need=6.0, dataset_gb=1.0, fetch=0.5, alpha=0.8)
+    cluster = Cluster((Server("v", Resources(1, 2, 64), gpu_type="V100"), Server("t", Resources(1, 6, 64), gpu_type="T4")))
+    job = Job(id=1, model="p", gpus=1, arrival_s=0.0, iterations=1000.0, profile=sensitive,
+              gpu_types=frozenset({"T4"}))
+    out = Scheduler(Fifo(), Tune(), cpu_array=CpuArray(1.0, True)).schedule(
+        RoundInput(0.0, cluster, [job, cpu_job(2, 4.0, 1.0)]))
+    (p,) = out.allocations[1].placements
+    assert p.server_id == "t" and p.cpus >= 6 - EPS
+    assert 2 not in out.allocations

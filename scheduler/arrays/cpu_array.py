@@ -126,6 +126,9 @@ class _ArrayRound:
         self.jobs = training_jobs
         self.share_cluster = share_cluster
         self.prop_c = proportional_per_gpu(share_cluster)[0] if share_cluster.servers else 0.0
+        #: The GPU type of each of the array's servers ("" untyped): on a cluster mixing types,
+        #: a training job's guarantee is its landed type's proportional share.
+        self.types = {s.id: s.gpu_type for s in cluster.servers}
         self.on_server: dict[str, list[int]] = {}
         for jid, alloc in sorted(training.items()):
             for p in alloc.placements:
@@ -205,7 +208,10 @@ class _ArrayRound:
     def _surplus(self, jid: int, sid: str) -> float:
         """CPUs job `jid` holds on `sid` above proportional CPUs for its GPUs there."""
         p = next(p for p in self.training[jid].placements if p.server_id == sid)
-        return max(0.0, p.cpus - self.prop_c * p.gpus)
+        prop_c = self.prop_c
+        if self.share_cluster.typed:
+            prop_c = self.share_cluster.proportional_share(1, self.types.get(sid, "")).cpus
+        return max(0.0, p.cpus - prop_c * p.gpus)
 
     def _trimmed(self, jid: int, sid: str, cut: float) -> Allocation | None:
         """Job `jid`'s allocation with `cut` fewer CPUs on `sid`, if it is still at least as
@@ -216,6 +222,11 @@ class _ArrayRound:
         job = self.jobs.get(jid)
         if job is None:
             return None
+        if self.share_cluster.typed:  # its guarantee on the type it runs on
+            gpu_type = self.types.get(sid, "")
+            share = self.share_cluster.proportional_share(1, gpu_type)
+            floor = job.profile.speed_on(gpu_type, share.cpus, share.mem_gb)
+            return new if job.profile.speed_on(gpu_type, *new.per_gpu) >= floor * (1 - SPEED_TOLERANCE) - EPS else None
         floor = proportional_speed(job, self.share_cluster)
         return new if speed(job, new) >= floor * (1 - SPEED_TOLERANCE) - EPS else None
 
