@@ -302,16 +302,21 @@ def _locate(values: tuple[float, ...], x: float) -> tuple[int, float]:
     return i, (x - lo) / (hi - lo)
 
 
-def load_profiles(path: str | Path) -> dict[str, SensitivityProfile]:
-    """Load a profile file; raises ProfileError naming the file and the bad field."""
+def read_profile_file(path: str | Path) -> Any:
+    """A profile file's JSON document (models, and pairs for packing); ProfileError names
+    the file when it cannot be read or parsed."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return parse_profiles(doc, origin=str(path))
+
+
+def load_profiles(path: str | Path) -> dict[str, SensitivityProfile]:
+    """Load a profile file; raises ProfileError naming the file and the bad field."""
+    return parse_profiles(read_profile_file(path), origin=str(path))
 
 
 def parse_profiles(doc: Any, origin: str = "profiles") -> dict[str, SensitivityProfile]:

@@ -21,14 +21,13 @@ models from their task classes (image / language / speech): an assumption, not a
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-from synergy.scheduler.profiles.format import ProfileError, SensitivityProfile
+from synergy.scheduler.profiles.format import ProfileError, SensitivityProfile, read_profile_file
 
 #: The profile file's key holding the pair list.
 PAIRS_KEY = "pairs"
@@ -117,13 +116,7 @@ def parse_pairs(items: Any, origin: str = "pairs") -> PairTable:
 def load_pairs(path: str | Path) -> PairTable:
     """The pair table of a profile file (empty when it has no `"pairs"`); ProfileError
     names the file, the entry and the field."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    doc = read_profile_file(path)
     if not isinstance(doc, Mapping):
         raise ProfileError(f"{path}: expected a JSON object")
     return parse_pairs(doc.get(PAIRS_KEY, []), origin=str(path))
