@@ -30,8 +30,10 @@ def place_on_loaned(
     mechanism: Mechanism, ordered: Sequence[Job], inp: RoundInput, loaned: Cluster, first: RoundOutput
 ) -> RoundOutput:
     """`first` (the training pass) plus the loanable jobs it left waiting, placed on `loaned`."""
+    if not loaned.servers:  # the common case: no loan, and no job's eligibility to work out
+        return first
     candidates = [j for j in ordered if j.id not in first.allocations and is_loanable(j, inp.cluster)]
-    if not candidates or not loaned.servers:
+    if not candidates:
         return first
     second = gpu_types.allocate(mechanism, candidates, replace(inp, cluster=loaned, jobs=candidates))
     waiting = {jid: why for jid, why in first.waiting.items() if jid not in second.allocations}
