@@ -83,9 +83,16 @@ def instances(draw) -> tuple[list[Server], dict[int, Allocation], int]:
     servers each, and a reclaim count."""
     n = draw(st.integers(2, 6))
     ids = [f"l{i}" for i in range(n)]
+    allocations = {jid: alloc(jid, **share) for jid, share in draw_shares(draw, ids, 8).items()}
+    return loaned(ids, gpus=4), allocations, draw(st.integers(1, n))
+
+
+def draw_shares(draw, ids: list[str], max_jobs: int) -> dict[int, dict[str, int]]:
+    """Up to `max_jobs` jobs, each on 1-3 of `ids` plus a training server "t0" (4 GPUs
+    each): job id -> its GPUs per server."""
     free = {sid: 4 for sid in ids + ["t0"]}
-    allocations: dict[int, Allocation] = {}
-    for jid in range(draw(st.integers(0, 8))):
+    shares: dict[int, dict[str, int]] = {}
+    for jid in range(draw(st.integers(0, max_jobs))):
         span = draw(st.lists(st.sampled_from(ids + ["t0"]), min_size=1, max_size=3, unique=True))
         share = {}
         for sid in span:
@@ -94,8 +101,8 @@ def instances(draw) -> tuple[list[Server], dict[int, Allocation], int]:
                 free[sid] -= g
                 share[sid] = g
         if share:
-            allocations[jid] = alloc(jid, **share)
-    return loaned(ids, gpus=4), allocations, draw(st.integers(1, n))
+            shares[jid] = share
+    return shares
 
 
 def brute_force_min(servers: Sequence[Server], allocations: Mapping[int, Allocation], n: int) -> int:

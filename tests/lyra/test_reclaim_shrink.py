@@ -13,7 +13,7 @@ from synergy.scheduler.loaning.reclaim import (
     Cost, exact_reclaim, greedy_reclaim, plan_reclaim, server_costs, shrunk_allocation,
 )
 from synergy.scheduler.model import Allocation, Job, JobKind, Placement
-from test_reclaim import FIGURE_5, SERVERS, A, alloc, jobs_on, loaned
+from test_reclaim import FIGURE_5, SERVERS, A, alloc, draw_shares, jobs_on, loaned
 
 PROFILE = make_profile("p", 3.0, 0.0, 1.0)
 
@@ -89,19 +89,9 @@ def instances(draw) -> tuple[list, dict[int, Allocation], dict[int, Job], int]:
     (minimum 1..their size, workers of 1 or 2 GPUs), and a reclaim count."""
     n = draw(st.integers(2, 5))
     ids = [f"l{i}" for i in range(n)]
-    free = {sid: 4 for sid in ids + ["t0"]}
     allocations: dict[int, Allocation] = {}
     jobs: dict[int, Job] = {}
-    for jid in range(draw(st.integers(0, 7))):
-        span = draw(st.lists(st.sampled_from(ids + ["t0"]), min_size=1, max_size=3, unique=True))
-        share = {}
-        for sid in span:
-            if free[sid] > 0:
-                g = draw(st.integers(1, free[sid]))
-                free[sid] -= g
-                share[sid] = g
-        if not share:
-            continue
+    for jid, share in draw_shares(draw, ids, 7).items():
         allocations[jid] = alloc(jid, **share)
         total = sum(share.values())
         if draw(st.booleans()):
