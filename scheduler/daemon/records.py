@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 from synergy.scheduler.jobspec import JobSpec
 # AdminState is the core's (model.py): what an admin set on a node, which the filters read;
 # liveness (lost or not) is tracked separately, in live.py.
-from synergy.scheduler.model import AdminState, Placement, Resources, ServerPool
+from synergy.scheduler.model import AdminState, Allocation, Placement, Resources, ServerPool
 
 __all__ = ["AdminState", "JobRecord", "JobSpec", "JobState", "NodeRecord", "Transition"]
 
@@ -264,13 +264,10 @@ def node_from_dict(d: Mapping[str, Any]) -> NodeRecord:
 
 def held(placements: Iterable[Placement], packed_with: int, node_id: str) -> Resources:
     """What `placements` take from node `node_id`, their GPUs not counted when they are
-    packed onto another job's (`packed_with` != 0; see JobRecord.held_on)."""
-    out = Resources()
-    for p in placements:
-        if p.server_id == node_id:
-            r = p.resources
-            out = out + (Resources(0, r.cpus, r.mem_gb) if packed_with else r)
-    return out
+    packed onto another job's (`packed_with` != 0; see JobRecord.held_on). The rule is the
+    core's, `Allocation.held`; this sums it for one node."""
+    alloc = Allocation(0, tuple(placements), packed_with=packed_with or None)
+    return sum((r for sid, r in alloc.held if sid == node_id), Resources())
 
 
 def placed_on(job: JobRecord, rank: int, node_id: str) -> bool:

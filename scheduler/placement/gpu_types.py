@@ -27,6 +27,7 @@ from synergy.scheduler.elastic import two_phase
 from synergy.scheduler.elastic.scaling import base_gpus
 from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, RoundInput, RoundOutput
+from synergy.scheduler.throughput import proportional_per_gpu
 
 
 @runtime_checkable
@@ -61,7 +62,7 @@ def preference(job: Job, types: Mapping[str, Cluster]) -> list[str]:
     ok = [t for t in types if accepts(job, t)]
     if len(ok) <= 1:
         return ok
-    speed = {t: job.profile.speed_on(t, *_share(types[t])) for t in ok}
+    speed = {t: job.profile.speed_on(t, *proportional_per_gpu(types[t])) for t in ok}
     return sorted(ok, key=lambda t: (-speed[t], t))
 
 
@@ -113,7 +114,3 @@ def choose_greedy(ordered: Sequence[Job], types: Mapping[str, Cluster]) -> tuple
             waiting[job.id] = f"waiting for {need} GPUs of one type: {free} left after higher-priority jobs"
     return chosen, waiting
 
-
-def _share(cluster: Cluster) -> tuple[float, float]:
-    share = cluster.proportional_share(1)
-    return share.cpus, share.mem_gb
