@@ -6,7 +6,7 @@ and release on it, and the final reservations become the round's allocations.
 from __future__ import annotations
 
 import heapq
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from synergy.scheduler.model import EPS, Allocation, Cluster, Placement, Resources
 
@@ -96,6 +96,12 @@ class ClusterState:
             while self._bucket_of[heap[0]] != key:  # lazily drop servers that moved
                 heapq.heappop(heap)
             yield heap[0]
+
+    def candidates(self, min_gpus: float) -> Iterable[int]:
+        """Servers a search for `min_gpus` GPUs must visit: `representatives` on a large
+        cluster; on a small one every index, for the caller to test (cheaper than filtering
+        here, and the caller's fit test checks the GPUs anyway)."""
+        return self.representatives(min_gpus) if self._indexed else range(len(self.ids))
 
     def by_free_gpus(self, min_gpus: float = 1, descending: bool = False) -> Iterator[int]:
         """Servers with at least `min_gpus` free GPUs, ordered by free GPUs then index.

@@ -57,7 +57,21 @@ def avoid_stranding(base: Scorer, cpus_per_gpu: float, mem_per_gpu: float) -> Sc
         short_m = mem_per_gpu * left_g - (state.free_m[i] - m)
         return (short_c > 1e-9 or short_m > 1e-9, *base(state, i, g, c, m))
 
-    return score
+    def score_best_fit(state: ClusterState, i: int, g: float, c: float, m: float) -> tuple:
+        # `score` over `best_fit` in one call, the same expressions in the same order (so
+        # bit-identical keys; tests/test_placement_speed.py): TUNE scores millions of
+        # servers per simulation, and the call and tuple unpacking were a fifth of it.
+        fg, fc, fm = state.free_g[i], state.free_c[i], state.free_m[i]
+        cg, cc, cm = state.cap_g[i], state.cap_c[i], state.cap_m[i]
+        left_g = fg - g
+        short_c = cpus_per_gpu * left_g - (fc - c)
+        short_m = mem_per_gpu * left_g - (fm - m)
+        l0 = left_g / cg if cg else 0.0
+        l1 = (fc - c) / cc if cc else 0.0
+        l2 = (fm - m) / cm if cm else 0.0
+        return (short_c > 1e-9 or short_m > 1e-9, l0, l0 + l1 + l2, i)
+
+    return score_best_fit if base is best_fit else score
 
 
 SCORERS: dict[str, Scorer] = {"best_fit": best_fit, "first_fit": first_fit, "alignment": alignment}

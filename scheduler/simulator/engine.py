@@ -433,10 +433,13 @@ class Simulation:
                 rec = self.records[jid]
                 if rec.first_start_s is None:
                     rec.first_start_s = t
-            moved = r.alloc is not None and migrated(r.alloc.placements, alloc.placements)
+            # An equal allocation is no migration: the (costlier) GPU-map comparison only
+            # runs for allocations that changed.
+            changed = alloc != r.alloc
+            moved = changed and r.alloc is not None and migrated(r.alloc.placements, alloc.placements)
             partner = partners.get(jid)
             # An unchanged allocation and partner keep the job's rate and progress line.
-            if alloc != r.alloc or partner is not r.partner:
+            if changed or partner is not r.partner:
                 r.alloc = alloc
                 r.partner = partner
                 r.held = _usage(r.job, alloc, self.cluster)
