@@ -6,7 +6,7 @@ and memory proportional to the GPUs on each (ranks run at the speed of the slowe
 """
 from __future__ import annotations
 
-from synergy.scheduler.model import EPS, Placement
+from synergy.scheduler.model import Placement
 from synergy.scheduler.placement.scorers import Scorer
 from synergy.scheduler.state import ClusterState
 
@@ -15,15 +15,16 @@ def consolidated(
     state: ClusterState, gpus: int, cpus_per_gpu: float, mem_per_gpu: float, scorer: Scorer
 ) -> tuple[Placement, ...] | None:
     c, m = cpus_per_gpu * gpus, mem_per_gpu * gpus
-    best_key, best_i = None, -1
-    # The simulator's hottest loop (docs/simulator.md, "Speed"): `state.fits` inlined, and on
-    # a small cluster every server visited directly (`candidates`), same order, same test.
-    free_g, free_c, free_m = state.free_g, state.free_c, state.free_m
-    for i in state.candidates(gpus):
-        if gpus <= free_g[i] + EPS and c <= free_c[i] + EPS and m <= free_m[i] + EPS:
-            key = scorer(state, i, gpus, c, m)
-            if best_key is None or key < best_key:
-                best_key, best_i = key, i
+    best = getattr(scorer, "best", None)  # a scorer's own scan (scorers.StrandingBestFit)
+    if best is not None:
+        best_i = best(state, state.candidates(gpus), gpus, c, m)
+    else:
+        best_key, best_i = None, -1
+        for i in state.candidates(gpus):
+            if state.fits(i, gpus, c, m):
+                key = scorer(state, i, gpus, c, m)
+                if best_key is None or key < best_key:
+                    best_key, best_i = key, i
     if best_i < 0:
         return None
     return (Placement(state.ids[best_i], gpus, c, m),)

@@ -33,7 +33,6 @@ cluster's server order; servers the matching leaves free keep their own label wh
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -204,9 +203,6 @@ def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, 
 def _renamed(alloc: Allocation, mapping: Mapping[str, str]) -> Allocation:
     if not any(p.server_id in mapping for p in alloc.placements):
         return alloc
-    return replace(  # keeps `packed_with`: host and guest are renamed alike, so move together
-        alloc,
-        placements=tuple(
-            Placement(mapping.get(p.server_id, p.server_id), p.gpus, p.cpus, p.mem_gb) for p in alloc.placements
-        ),
+    return alloc.with_placements(  # keeps `packed_with`: host and guest are renamed alike, so move together
+        tuple(Placement(mapping.get(p.server_id, p.server_id), p.gpus, p.cpus, p.mem_gb) for p in alloc.placements)
     )

@@ -5,8 +5,10 @@ placement idea (migration-minimising placement from Tesserae, say) is one more s
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
+from synergy.scheduler.model import EPS
 from synergy.scheduler.state import ClusterState
 
 #: (state, server index, gpus, cpus, mem_gb) -> sort key; the smallest key is chosen.
@@ -57,21 +59,54 @@ def avoid_stranding(base: Scorer, cpus_per_gpu: float, mem_per_gpu: float) -> Sc
         short_m = mem_per_gpu * left_g - (state.free_m[i] - m)
         return (short_c > 1e-9 or short_m > 1e-9, *base(state, i, g, c, m))
 
-    def score_best_fit(state: ClusterState, i: int, g: float, c: float, m: float) -> tuple:
-        # `score` over `best_fit` in one call, the same expressions in the same order (so
-        # bit-identical keys; tests/test_placement_speed.py): TUNE scores millions of
-        # servers per simulation, and the call and tuple unpacking were a fifth of it.
+    return StrandingBestFit(cpus_per_gpu, mem_per_gpu) if base is best_fit else score
+
+
+@dataclass(frozen=True)
+class StrandingBestFit:
+    """`avoid_stranding(best_fit, ...)`, TUNE's default scorer, as one object: the same key
+    from the same expressions in the same order (bit-identical; tests/test_placement.py
+    checks it against the composition), plus `best`, the whole scan of a placement search
+    in one call. TUNE scores millions of servers per simulation; the two calls and the
+    tuple unpacking per server were a fifth of the Fig. 9 run (docs/simulator.md, "Speed")."""
+
+    cpus_per_gpu: float
+    mem_per_gpu: float
+
+    def __call__(self, state: ClusterState, i: int, g: float, c: float, m: float) -> tuple:
         fg, fc, fm = state.free_g[i], state.free_c[i], state.free_m[i]
         cg, cc, cm = state.cap_g[i], state.cap_c[i], state.cap_m[i]
         left_g = fg - g
-        short_c = cpus_per_gpu * left_g - (fc - c)
-        short_m = mem_per_gpu * left_g - (fm - m)
+        short_c = self.cpus_per_gpu * left_g - (fc - c)
+        short_m = self.mem_per_gpu * left_g - (fm - m)
         l0 = left_g / cg if cg else 0.0
         l1 = (fc - c) / cc if cc else 0.0
         l2 = (fm - m) / cm if cm else 0.0
         return (short_c > 1e-9 or short_m > 1e-9, l0, l0 + l1 + l2, i)
 
-    return score_best_fit if base is best_fit else score
+    def best(self, state: ClusterState, candidates: Iterable[int], g: float, c: float, m: float) -> int:
+        """The candidate that fits (`ClusterState.fits`) with the smallest key; -1 if none.
+        `__call__` and `ClusterState.fits` inlined: keep the three in step."""
+        free_g, free_c, free_m = state.free_g, state.free_c, state.free_m
+        cap_g, cap_c, cap_m = state.cap_g, state.cap_c, state.cap_m
+        per_c, per_m = self.cpus_per_gpu, self.mem_per_gpu
+        best_key: tuple | None = None
+        best_i = -1
+        for i in candidates:
+            fg, fc, fm = free_g[i], free_c[i], free_m[i]
+            if not (g <= fg + EPS and c <= fc + EPS and m <= fm + EPS):
+                continue
+            cg, cc, cm = cap_g[i], cap_c[i], cap_m[i]
+            left_g = fg - g
+            short_c = per_c * left_g - (fc - c)
+            short_m = per_m * left_g - (fm - m)
+            l0 = left_g / cg if cg else 0.0
+            l1 = (fc - c) / cc if cc else 0.0
+            l2 = (fm - m) / cm if cm else 0.0
+            key = (short_c > 1e-9 or short_m > 1e-9, l0, l0 + l1 + l2, i)
+            if best_key is None or key < best_key:
+                best_key, best_i = key, i
+        return best_i
 
 
 SCORERS: dict[str, Scorer] = {"best_fit": best_fit, "first_fit": first_fit, "alignment": alignment}

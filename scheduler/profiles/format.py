@@ -84,9 +84,17 @@ class SensitivityProfile:
         Below the first CPU row throughput falls linearly to zero at zero CPUs; outside the
         memory columns it is clamped (a job never runs with less than its process memory).
         """
+        # Looked up first by the exact arguments (redistributing leftovers asks millions of
+        # times per simulation, and the rounding was half of it); the value is always the
+        # one computed at the rounded point, so both keys give the same answer.
+        exact = ("speed", cpus_per_gpu, mem_gb_per_gpu)
+        hit = self._cache.get(exact)
+        if hit is not None:
+            return hit
         key = (round(cpus_per_gpu, 6), round(mem_gb_per_gpu, 6))
         hit = self._cache.get(key)
         if hit is not None:
+            self._cache[exact] = hit
             return hit
         rows, cols = self.cpus_per_gpu, self.mem_gb_per_gpu
         c, m = key
@@ -104,7 +112,7 @@ class SensitivityProfile:
             bot = t[i + 1][j] * (1 - fj) + t[i + 1][j + 1] * fj if fj else t[i + 1][j]
             top = top * (1 - fi) + bot * fi
         value = top * scale
-        self._cache[key] = value
+        self._cache[key] = self._cache[exact] = value
         return value
 
     def on(self, gpu_type: str) -> SensitivityProfile:
