@@ -86,17 +86,26 @@ class StrandingBestFit:
 
     def best(self, state: ClusterState, candidates: Iterable[int], g: float, c: float, m: float) -> int:
         """The candidate that fits (`ClusterState.fits`) with the smallest key; -1 if none.
-        `__call__` and `ClusterState.fits` inlined: keep the three in step."""
+        `candidates` in increasing index order, or of distinct shapes (`representatives`).
+        `__call__` and `ClusterState.fits` inlined:
+        keep the three in step."""
         free_g, free_c, free_m = state.free_g, state.free_c, state.free_m
         cap_g, cap_c, cap_m = state.cap_g, state.cap_c, state.cap_m
         per_c, per_m = self.cpus_per_gpu, self.mem_per_gpu
         best_key: tuple | None = None
         best_i = -1
+        # The last server scored, by shape: a server exactly like it gets the same key but
+        # for its larger index, so it cannot win. On a
+        # small cluster the untouched servers form such runs (TUNE fills them in order).
+        pfg = pfc = pfm = pcg = pcc = pcm = -1.0
         for i in candidates:
             fg, fc, fm = free_g[i], free_c[i], free_m[i]
             if not (g <= fg + EPS and c <= fc + EPS and m <= fm + EPS):
                 continue
             cg, cc, cm = cap_g[i], cap_c[i], cap_m[i]
+            if fg == pfg and fc == pfc and fm == pfm and cg == pcg and cc == pcc and cm == pcm:
+                continue
+            pfg, pfc, pfm, pcg, pcc, pcm = fg, fc, fm, cg, cc, cm
             left_g = fg - g
             short_c = per_c * left_g - (fc - c)
             short_m = per_m * left_g - (fm - m)
