@@ -30,15 +30,19 @@ def runnable_by_gpu(ordered: Sequence[Job], free_gpus: float) -> tuple[list[Job]
     """
     runnable: list[Job] = []
     waiting: dict[int, str] = {}
+    reasons: dict[tuple[int, float], str] = {}  # the long queue shares a few reasons
     left = free_gpus
     for job in ordered:
         if job.gpus <= left + 1e-9:
             runnable.append(job)
             left -= job.gpus
         else:
-            waiting[job.id] = (
-                f"waiting for {job.gpus} GPUs: {max(0, int(round(left)))} left after higher-priority jobs"
-            )
+            reason = reasons.get((job.gpus, left))
+            if reason is None:
+                reason = reasons[(job.gpus, left)] = (
+                    f"waiting for {job.gpus} GPUs: {max(0, int(round(left)))} left after higher-priority jobs"
+                )
+            waiting[job.id] = reason
     return runnable, waiting
 
 

@@ -157,7 +157,8 @@ def _common_gpus(previous: Mapping[int, Allocation], current: Mapping[int, Alloc
     for jid in sorted(current):  # one summation order, whatever order the plans come in
         alloc, prev = current[jid], previous.get(jid)
         if prev is not None and prev.placements and alloc.placements:
-            g = sum(p.gpus for p in alloc.placements)
+            pl = alloc.placements
+            g = pl[0].gpus if len(pl) == 1 else sum(p.gpus for p in pl)
             if g > 0:
                 out[jid] = g
     return out
@@ -201,8 +202,15 @@ def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, 
 
 
 def _renamed(alloc: Allocation, mapping: Mapping[str, str]) -> Allocation:
-    if not any(p.server_id in mapping for p in alloc.placements):
+    # Keeps `packed_with`: host and guest are renamed alike, so move together. Most jobs
+    # hold one placement, and this runs for nearly every job of every round: that case first.
+    placements = alloc.placements
+    if len(placements) == 1:
+        p = placements[0]
+        to = mapping.get(p.server_id)
+        return alloc if to is None else alloc.with_placements((Placement(to, p.gpus, p.cpus, p.mem_gb),))
+    if not any(p.server_id in mapping for p in placements):
         return alloc
-    return alloc.with_placements(  # keeps `packed_with`: host and guest are renamed alike, so move together
-        tuple(Placement(mapping.get(p.server_id, p.server_id), p.gpus, p.cpus, p.mem_gb) for p in alloc.placements)
+    return alloc.with_placements(
+        tuple(Placement(mapping.get(p.server_id, p.server_id), p.gpus, p.cpus, p.mem_gb) for p in placements)
     )
