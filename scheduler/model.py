@@ -150,6 +150,16 @@ class Cluster:
             share_basis=tuple(s for s in self.basis if s.gpu_type == gpu_type),
         )
 
+    @cached_property
+    def interchangeable(self) -> tuple[tuple[str, ...], ...]:
+        """Ids of servers that can swap labels (same pool, GPU type and capacity), in
+        cluster order, groups of two or more (placement/migration.py). Cached: the
+        migration matching asks every round."""
+        groups: dict[tuple[str, str, Resources], list[str]] = {}
+        for s in self.servers:
+            groups.setdefault((s.pool.value, s.gpu_type, s.capacity), []).append(s.id)
+        return tuple(tuple(ids) for ids in groups.values() if len(ids) > 1)
+
     def gpu_type_of(self, server_id: str) -> str:
         """The GPU type of one of its servers ("" when untyped or not in it)."""
         return self._type_by_id.get(server_id, "")

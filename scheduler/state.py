@@ -132,7 +132,8 @@ class ClusterState:
             self.free_c[i] -= p.cpus
             self.free_m[i] -= p.mem_gb
             self.on_server[i].add(job_id)
-            self._rebucket(i)
+            if self._indexed:
+                self._rebucket(i)
         self.held[job_id] = placements
 
     def release(self, job_id: int) -> tuple[Placement, ...]:
@@ -143,7 +144,8 @@ class ClusterState:
             self.free_c[i] += p.cpus
             self.free_m[i] += p.mem_gb
             self.on_server[i].discard(job_id)
-            self._rebucket(i)
+            if self._indexed:
+                self._rebucket(i)
         return placements
 
     def allocations(self) -> dict[int, Allocation]:

@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from synergy.scheduler.model import Allocation, Cluster, Placement, Resources, Server
+from synergy.scheduler.model import Allocation, Cluster, Placement
 
 #: (the mechanism's allocations, last round's, the servers it placed on) -> relabelled allocations.
 Relabeller = Callable[[Mapping[int, Allocation], Mapping[int, Allocation], Cluster], dict[int, Allocation]]
@@ -122,7 +122,7 @@ def relabelling(
         return {}
     old, new = _by_node(previous, gpus), _by_node(allocations, gpus)
     mapping: dict[str, str] = {}
-    for members in _classes(cluster.servers):
+    for members in cluster.interchangeable:
         rows = [s for s in members if s in new]  # new nodes holding common jobs
         cols = [s for s in members if s in old]  # old nodes that held them
         if not rows or not cols:
@@ -173,14 +173,6 @@ def _by_node(allocations: Mapping[int, Allocation], jobs: Mapping[int, int]) -> 
                 node = nodes[p.server_id]
                 node[jid] = node.get(jid, 0) + p.gpus
     return nodes
-
-
-def _classes(servers: Sequence[Server]) -> list[list[str]]:
-    """Interchangeable servers (same pool, GPU type and capacity), in cluster order, classes of two or more."""
-    groups: dict[tuple[str, str, Resources], list[str]] = defaultdict(list)
-    for s in servers:
-        groups[(s.pool.value, s.gpu_type, s.capacity)].append(s.id)
-    return [ids for ids in groups.values() if len(ids) > 1]
 
 
 def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, str]:
