@@ -134,6 +134,23 @@ def test_sweep_writes_csv_and_plots(tmp_path: Path) -> None:
         assert (out_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_parallel_sweep_writes_what_the_sequential_one_does(tmp_path: Path) -> None:
+    # Worker processes (`-j`) change only the wall time: every other column and every JCT
+    # is the same as run one after another in this process.
+    args = ["sweep", "--servers", "1", "--jobs", "30", "--loads", "0.5,1", "--mechanisms", "proportional,tune",
+            "--seeds", "0,1"]
+    outs = {}
+    for workers in ("1", "2"):
+        out_dir = tmp_path / f"j{workers}"
+        proc = sim(*args, "--out", str(out_dir), "-j", workers)
+        assert proc.returncode == 0, proc.stderr
+        assert f"sweep ({workers} workers)" in proc.stderr  # the progress bar
+        with open(out_dir / "sweep.csv") as fh:
+            rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(fh)]
+        outs[workers] = (rows, (out_dir / "jcts.csv").read_text())
+    assert len(outs["1"][0]) == 8 and outs["1"] == outs["2"]
+
+
 def test_packing_run_reports_packed_jobs_and_a_bad_pair_entry_is_one_line(tmp_path: Path) -> None:
     # One 8-GPU server, a queue: jobs left pending share placed ones' GPUs (rule-generated pairs).
     args = ["--servers", "1", "--jobs", "60", "--load", "6", "--multi-gpu", "--measure", "0:60"]

@@ -224,8 +224,8 @@ def _compare_parser() -> _Parser:
     _add_loaning_flags(p)
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object: metrics per mechanism")
-    o.add_argument("--jobs-parallel", type=int, default=default_workers(),
-                   help="worker processes (default: number of cores)")
+    o.add_argument("-j", "--jobs-parallel", type=int, default=default_workers(),
+                   help="worker processes, one simulation each (default: number of cores, here %(default)s)")
     return p
 
 
@@ -242,8 +242,9 @@ def _sweep_parser() -> _Parser:
     s.add_argument("--out", required=True, metavar="DIR", help="directory for sweep.csv, jcts.csv and the PNG plots")
     s.add_argument("--cdf-load", type=float, default=None,
                    help="load whose JCT CDF is plotted (default: the highest)")
-    s.add_argument("--jobs-parallel", type=int, default=default_workers(),
-                   help="worker processes (default: number of cores)")
+    s.add_argument("-j", "--jobs-parallel", type=int, default=default_workers(),
+                   help="worker processes, one simulation each; the results do not depend on it "
+                        "(default: number of cores, here %(default)s)")
     return p
 
 
