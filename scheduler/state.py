@@ -67,35 +67,39 @@ class ClusterState:
         return (self.free_g[i], self.free_c[i], self.free_m[i], self.cap_g[i], self.cap_c[i], self.cap_m[i])
 
     def _rebucket(self, i: int) -> None:
-        if not self._indexed:
-            return
-        old, new = self._bucket_of[i], self._key(i)
+        """Move server i to the bucket of its shape now (large clusters only: the callers
+        check `_indexed`). Once per reservation: written out rather than via `_key`."""
+        old = self._bucket_of[i]
+        new = (self.free_g[i], self.free_c[i], self.free_m[i], self.cap_g[i], self.cap_c[i], self.cap_m[i])
         if old == new:
             return
         if old[0] != new[0]:
             self._level[int(round(old[0]))].discard(i)
             self._level.setdefault(int(round(new[0])), set()).add(i)
-        self._count[old] -= 1
+        count = self._count
+        left = count[old] - 1
+        if left:
+            count[old] = left
+        else:  # emptied: drop it now, so searches never visit it
+            del count[old], self._buckets[old]
         self._bucket_of[i] = new
-        self._count[new] = self._count.get(new, 0) + 1
+        count[new] = count.get(new, 0) + 1
         heapq.heappush(self._buckets.setdefault(new, []), i)
 
-    def representatives(self, min_gpus: float = 0.0) -> Iterator[int]:
+    def representatives(self, min_gpus: float = 0.0) -> list[int]:
         """The lowest-indexed server of each distinct (capacity, free) shape with at least
         `min_gpus` free GPUs. Scorers break ties on the index, so scoring only these
-        finds the same server as scoring all of them."""
+        finds the same server as scoring all of them (in any order: the keys differ)."""
         if not self._indexed:
-            yield from (i for i, g in enumerate(self.free_g) if g + EPS >= min_gpus)
-            return
-        for key, heap in list(self._buckets.items()):
-            if self._count[key] <= 0:
-                del self._buckets[key], self._count[key]
-                continue
+            return [i for i, g in enumerate(self.free_g) if g + EPS >= min_gpus]
+        reps = []
+        for key, heap in self._buckets.items():
             if key[0] + EPS < min_gpus:
                 continue
             while self._bucket_of[heap[0]] != key:  # lazily drop servers that moved
                 heapq.heappop(heap)
-            yield heap[0]
+            reps.append(heap[0])
+        return reps
 
     def candidates(self, min_gpus: float) -> Iterable[int]:
         """Servers a search for `min_gpus` GPUs must visit: `representatives` on a large
