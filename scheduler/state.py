@@ -38,11 +38,13 @@ class ClusterState:
             # scorer except for their index tie-break, so searches visit one server per
             # bucket (the lowest index): O(distinct shapes), not O(servers).
             self._bucket_of: list[BucketKey] = [self._key(i) for i in range(len(self.ids))]
-            self._buckets: dict[BucketKey, list[int]] = {}
-            self._count: dict[BucketKey, int] = {}
+            #: shape -> [servers of that shape now, heap of indexes (with lazily dropped
+            #: ones that moved away)]; a shape no server has is not kept.
+            self._buckets: dict[BucketKey, list] = {}
             for i, key in enumerate(self._bucket_of):
-                self._buckets.setdefault(key, []).append(i)
-                self._count[key] = self._count.get(key, 0) + 1
+                bucket = self._buckets.setdefault(key, [0, []])
+                bucket[0] += 1
+                bucket[1].append(i)
             # Servers by whole free GPUs (GPUs are handed out whole).
             self._level: dict[int, set[int]] = {}
             for i, g in enumerate(self.free_g):
@@ -76,15 +78,19 @@ class ClusterState:
         if old[0] != new[0]:
             self._level[int(round(old[0]))].discard(i)
             self._level.setdefault(int(round(new[0])), set()).add(i)
-        count = self._count
-        left = count[old] - 1
-        if left:
-            count[old] = left
-        else:  # emptied: drop it now, so searches never visit it
-            del count[old], self._buckets[old]
+        buckets = self._buckets
+        bucket = buckets[old]
+        if bucket[0] == 1:  # emptied: drop it now, so searches never visit it
+            del buckets[old]
+        else:
+            bucket[0] -= 1
         self._bucket_of[i] = new
-        count[new] = count.get(new, 0) + 1
-        heapq.heappush(self._buckets.setdefault(new, []), i)
+        bucket = buckets.get(new)
+        if bucket is None:
+            buckets[new] = [1, [i]]
+        else:
+            bucket[0] += 1
+            heapq.heappush(bucket[1], i)
 
     def representatives(self, min_gpus: float = 0.0) -> list[int]:
         """The lowest-indexed server of each distinct (capacity, free) shape with at least
@@ -93,7 +99,7 @@ class ClusterState:
         if not self._indexed:
             return [i for i, g in enumerate(self.free_g) if g + EPS >= min_gpus]
         reps = []
-        for key, heap in self._buckets.items():
+        for key, (_, heap) in self._buckets.items():
             if key[0] + EPS < min_gpus:
                 continue
             while self._bucket_of[heap[0]] != key:  # lazily drop servers that moved
