@@ -2,7 +2,8 @@
 
 The point (Synergy §5.3.2, Fig. 9): FIFO, single-GPU jobs, 16 servers x 8 GPUs, 24 CPUs
 and 500 GB each, split 20,70,10, load 9 jobs/hour, 6000 jobs, measuring jobs 4000:5000.
-Target: <= 15 s on a 2-core machine. Prints numbers; asserts nothing.
+Target (issue 17): under 8 s wall for TUNE on the 2-core machine, 50x the authors' simulator
+(407 s). Prints numbers next to it; asserts nothing. On a shared machine compare the CPU time.
 
     .venv/bin/python benchmarks/sim_speed.py                 # the TUNE point
     .venv/bin/python benchmarks/sim_speed.py --mechanism proportional
@@ -24,6 +25,10 @@ from synergy.scheduler.simulator.metrics import summarise
 
 FIG9 = RunSpec(policy="fifo", mechanism="tune", servers=16, gpus_per_server=8, cpus_per_server=24,
                mem_per_server=500, split=(20, 70, 10), load=9.0, jobs=6000, measure=(4000, 5000), seed=0)
+
+
+#: Wall-time targets per mechanism (issue 17: TUNE at 50x the authors' 407 s).
+TARGET_S = {"tune": 8.0}
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,9 @@ def main() -> None:
     core_s, calls = sched.spent
     print(f"Fig. 9 point: fifo + {spec.mechanism}, load 9, 6000 jobs, measure 4000:5000, seed {spec.seed}")
     print(f"  workload generation     {t_prep:7.2f} s")
-    print(f"  simulation wall         {wall:7.2f} s   (cpu {cpu:.2f} s; target <= 15 s for tune)")
+    target = TARGET_S.get(spec.mechanism)
+    verdict = "" if target is None else f"; target < {target:g} s: {'met' if wall < target else 'NOT met'}"
+    print(f"  simulation wall         {wall:7.2f} s   (cpu {cpu:.2f} s{verdict})")
     print(f"    inside Scheduler.schedule {core_s:7.2f} s  ({100 * core_s / wall:.0f}%, {calls} calls, "
           f"{1000 * core_s / max(calls, 1):.2f} ms/call)")
     print(f"    simulator engine          {wall - core_s:7.2f} s  ({100 * (wall - core_s) / wall:.0f}%)")
