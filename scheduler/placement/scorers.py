@@ -65,7 +65,7 @@ def avoid_stranding(base: Scorer, cpus_per_gpu: float, mem_per_gpu: float) -> Sc
 @dataclass(frozen=True)
 class StrandingBestFit:
     """`avoid_stranding(best_fit, ...)`, TUNE's default scorer, as one object: the same key
-    from the same expressions in the same order (bit-identical; tests/test_placement.py
+    from the same expressions in the same order (bit-identical; tests/test_placement_speed.py
     checks it against the composition), plus `best`, the whole scan of a placement search
     in one call. TUNE scores millions of servers per simulation; the two calls and the
     tuple unpacking per server were a fifth of the Fig. 9 run (docs/simulator.md, "Speed")."""
@@ -87,16 +87,15 @@ class StrandingBestFit:
     def best(self, state: ClusterState, candidates: Iterable[int], g: float, c: float, m: float) -> int:
         """The candidate that fits (`ClusterState.fits`) with the smallest key; -1 if none.
         `candidates` in increasing index order, or of distinct shapes (`representatives`).
-        `__call__` and `ClusterState.fits` inlined:
-        keep the three in step."""
+        `__call__` and `ClusterState.fits` are inlined here: keep the three in step."""
         free_g, free_c, free_m = state.free_g, state.free_c, state.free_m
         cap_g, cap_c, cap_m = state.cap_g, state.cap_c, state.cap_m
         per_c, per_m = self.cpus_per_gpu, self.mem_per_gpu
         best_key: tuple | None = None
         best_i = -1
         # The last server scored, by shape: a server exactly like it gets the same key but
-        # for its larger index, so it cannot win. On a
-        # small cluster the untouched servers form such runs (TUNE fills them in order).
+        # for its larger index, so it cannot win. On a small cluster the untouched servers
+        # form such runs (TUNE fills them in order).
         pfg = pfc = pfm = pcg = pcc = pcm = -1.0
         for i in candidates:
             fg, fc, fm = free_g[i], free_c[i], free_m[i]
