@@ -6,8 +6,8 @@ median and max wall time of `Scheduler.schedule` over several rounds.
 
 Targets on a 2-core machine (issue 17, printed next to the figures): TUNE <= 5 ms at 512 GPUs /
 1k jobs and <= 50 ms at 4096 GPUs / 8k jobs (were 10 and 100); OPT <= 1 s at 128 GPUs / 256 jobs.
-The times are CPU time of this process (`time.process_time`), so that other work on a shared
-machine does not count; wall time is what a quiet machine gives.
+This table's times are CPU time of this process (`time.process_time`), so that other work on a
+shared machine does not count; on a quiet machine they equal wall time.
 
 `--elastic` times Lyra's elastic round instead (scheduler/elastic/): half the jobs elastic
 (1-8 GPUs, up to 4x their minimum), TUNE placing them; "mckp ms" is the two phases alone
