@@ -29,6 +29,14 @@ per GPU, a consolidated job stays consolidated and a split job stays on as many 
 
 Pure and deterministic: `scipy.optimize.linear_sum_assignment` on matrices built in the
 cluster's server order; servers the matching leaves free keep their own label when they can.
+
+Relabelling moves a node's content whole, so it cannot undo a move that only consolidates:
+A and B on `s0`, C on `s1`, A ends, and best fit now puts B and C together on `s0`; no
+renaming keeps both B and C where they were. `stay_put` then puts each job the plan still
+moves back on the GPUs it ran on, with the plan's CPUs and memory for it, wherever they are
+still free in the plan: a move must buy something the round can name, and `why_moved` names
+it (the node it ran on takes no new work, its GPUs there went to other jobs, or its new
+share does not fit there).
 """
 from __future__ import annotations
 
@@ -99,11 +107,141 @@ def relabel_to_previous(
     allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
 ) -> dict[int, Allocation]:
     """The mechanism's `allocations` on `cluster`, with servers renamed to migrate the fewest
-    jobs placed in `previous` too (the default `Scheduler.relabel`)."""
+    jobs placed in `previous` too, then each job still moved put back where it ran when its
+    GPUs there are free (`stay_put`): the default `Scheduler.relabel`."""
     mapping = relabelling(allocations, previous, cluster)
-    if not mapping:
-        return dict(allocations)
-    return {jid: _renamed(alloc, mapping) for jid, alloc in allocations.items()}
+    renamed = {jid: _renamed(alloc, mapping) for jid, alloc in allocations.items()} if mapping else dict(allocations)
+    return stay_put(renamed, previous, cluster)
+
+
+def stay_put(
+    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
+) -> dict[int, Allocation]:
+    """`allocations` with every job that would migrate put back on the servers and GPU counts
+    it had in `previous`, keeping this round's CPUs and memory per piece, wherever that can be
+    made to fit on `cluster` (in job id order: the oldest first).
+
+    Where the job's old room went to jobs that did not run there (new this round, or moving
+    anyway), those are placed elsewhere in the plan, each whole on one server of its GPU type
+    with what the plan gave it (a moving one back on its own old server when it fits there),
+    so the plan keeps every job it placed with the same resources. Only the layout changes:
+    every job's speed and every guarantee the mechanism gave it stay as they were.
+
+    Left moving: jobs whose old servers are not in `cluster` (closed, another pool) or of
+    another GPU type than the plan's, whose pieces changed shape (split <-> consolidated),
+    packed pairs (they move with their host's relabelling), and jobs whose old room the plan
+    needs for others.
+    """
+    room = _Room(dict(allocations), previous, cluster)
+    for jid in sorted(allocations):
+        alloc, prev = room.plan[jid], previous.get(jid)
+        if prev is None or not room.movable(jid) or not room.moving(jid):
+            continue
+        back = _back_home(alloc, prev, cluster)
+        if back is not None:
+            room.try_pin(jid, back)
+    return room.plan
+
+
+class _Room:
+    """A plan being laid out again, with what it holds on each server of the cluster."""
+
+    def __init__(self, plan: dict[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
+        self.plan, self.previous, self.cluster = plan, previous, cluster
+        self.caps = {s.id: s.capacity for s in cluster.servers}
+        self.hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
+        self.load = _load(plan.values(), self.caps)
+
+    def movable(self, jid: int) -> bool:
+        """Not part of a packed pair (a pair's GPUs are shared), placed on the cluster's servers."""
+        a = self.plan[jid]
+        return (a.packed_with is None and jid not in self.hosts and bool(a.placements)
+                and all(p.server_id in self.caps for p in a.placements))
+
+    def moving(self, jid: int) -> bool:
+        prev = self.previous.get(jid)
+        return prev is None or migrated(prev.placements, self.plan[jid].placements)
+
+    def try_pin(self, jid: int, back: Allocation) -> bool:
+        """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
+        its servers as needed; all or nothing."""
+        plan, load = dict(self.plan), dict(self.load)
+        _shift(load, plan[jid], -1)
+        _shift(load, back, +1)
+        plan[jid] = back
+        home = [sid for sid, _ in back.held]
+        for sid in home:
+            movers = sorted(
+                (j for j, a in plan.items() if j != jid and self.movable(j) and len(a.placements) == 1
+                 and a.placements[0].server_id == sid and (j not in self.previous or migrated(
+                     self.previous[j].placements, a.placements))),
+                key=lambda j: (-plan[j].placements[0].gpus, j),
+            )
+            for j in movers:
+                if load[sid].fits_in(self.caps[sid]):
+                    break
+                dest = self._destination(j, plan[j].placements[0], load, set(home))
+                if dest is not None:
+                    _shift(load, plan[j], -1)
+                    plan[j] = replace(plan[j], placements=(replace(plan[j].placements[0], server_id=dest),))
+                    _shift(load, plan[j], +1)
+            if not load[sid].fits_in(self.caps[sid]):
+                return False
+        self.plan, self.load = plan, load
+        return True
+
+    def _destination(self, jid: int, piece: Placement, load: Mapping[str, Resources], avoid: set[str]) -> str | None:
+        """Where a relocated piece goes: its own old server when it fits there, else best fit
+        on GPUs among the servers of its GPU type outside `avoid`."""
+        gpu_type = self.cluster.gpu_type_of(piece.server_id)
+        prev = self.previous.get(jid)
+        old = list(gpu_map(prev.placements)) if prev is not None else []
+        fits = [s for s in self.caps if s not in avoid and self.cluster.gpu_type_of(s) == gpu_type
+                and (load[s] + piece.resources).fits_in(self.caps[s])]
+        if len(old) == 1 and old[0] in fits:
+            return old[0]
+        if not fits:
+            return None
+        return min(fits, key=lambda s: (self.caps[s].gpus - load[s].gpus - piece.gpus, s))
+
+
+def why_moved(
+    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
+) -> dict[int, str]:
+    """Job -> what its move buys, for each job of `previous` that `allocations` migrates, in
+    words for its history (`cluster`: the servers the round could place on)."""
+    caps = {s.id: s.capacity for s in cluster.servers}
+    load = _load(allocations.values(), caps)
+    reasons: dict[int, str] = {}
+    for jid in sorted(allocations):
+        alloc, prev = allocations[jid], previous.get(jid)
+        if prev is None or not prev.placements or not migrated(prev.placements, alloc.placements):
+            continue
+        old = sorted(gpu_map(prev.placements))
+        closed = [s for s in old if s not in caps]
+        if closed:
+            reasons[jid] = f"node {', '.join(closed)} takes no new work from it this round"
+            continue
+        if alloc.packed_with is not None:
+            reasons[jid] = f"shares the GPUs of job {alloc.packed_with}"
+            continue
+        others = sorted({
+            j for j, a in allocations.items() if j != jid
+            for p in a.placements if p.server_id in old and p.gpus > 0
+            and gpu_map(previous[j].placements if j in previous else ()).get(p.server_id, 0) < p.gpus
+        })
+        back = _back_home(alloc, prev, cluster)
+        if back is None:
+            reasons[jid] = "its new share spans a different number of nodes" if len(alloc.placements) != len(
+                prev.placements) else "its GPUs there are of another type than this round's share"
+        elif others:
+            reasons[jid] = f"its GPUs on {', '.join(old)} went to job {', '.join(map(str, others))}"
+        else:
+            free = {s: caps[s] - load.get(s, Resources()) for s in old}
+            room = ", ".join(f"{s}: {max(0.0, r.cpus):g} CPUs, {max(0.0, r.mem_gb):g} GB free" for s, r in free.items())
+            t = alloc.total
+            reasons[jid] = f"its new share ({t.cpus:g} CPUs, {t.mem_gb:g} GB) does not fit where it ran ({room})"
+    return reasons
 
 
 def relabelling(
@@ -173,6 +311,39 @@ def _by_node(allocations: Mapping[int, Allocation], jobs: Mapping[int, int]) -> 
                 node = nodes[p.server_id]
                 node[jid] = node.get(jid, 0) + p.gpus
     return nodes
+
+
+def _load(allocations: Iterable[Allocation], caps: Mapping[str, Resources]) -> dict[str, Resources]:
+    """Server -> what `allocations` hold on it, for the servers in `caps`."""
+    load = {sid: Resources() for sid in caps}
+    for alloc in allocations:
+        for sid, res in alloc.held:
+            if sid in load:
+                load[sid] = load[sid] + res
+    return load
+
+
+def _shift(load: dict[str, Resources], alloc: Allocation, sign: int) -> None:
+    """Add (sign +1) or take away (-1) what `alloc` holds from `load`, on the servers it has."""
+    for sid, res in alloc.held:
+        if sid in load:
+            load[sid] = load[sid] + res.scale(sign)
+
+
+def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster) -> Allocation | None:
+    """`alloc`'s pieces laid out on `prev`'s servers, one piece per server of the same GPU
+    count (largest first), or None when the shapes differ or a server of `prev` is not in
+    `cluster` or of another GPU type than the one `alloc` was sized for."""
+    ids = {s.id for s in cluster.servers}
+    old = sorted(gpu_map(prev.placements).items(), key=lambda kv: (-kv[1], kv[0]))
+    new = sorted(alloc.placements, key=lambda p: (-p.gpus, p.server_id))
+    if len(old) != len(new) or any(g != p.gpus for (_, g), p in zip(old, new)):
+        return None
+    if any(sid not in ids for sid, _ in old):
+        return None
+    if {cluster.gpu_type_of(s) for s, _ in old} != {cluster.gpu_type_of(p.server_id) for p in new}:
+        return None
+    return replace(alloc, placements=tuple(Placement(sid, p.gpus, p.cpus, p.mem_gb) for (sid, _), p in zip(old, new)))
 
 
 def _classes(servers: Sequence[Server]) -> list[list[str]]:
