@@ -228,8 +228,9 @@ class JobBook:
         self.ctx.live.jobs.pop(job.id, None)
         event(self.ctx.log, "job.preempted", job=job.id, reason=reason)
         if nxt and all(self.placeable(p.server_id) for p in nxt):
-            return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation",
-                               packed_with=packed, next_packed_with=0)
+            decided = job.next_round_index or job.round_index
+            return self.launch(job, nxt, decided, f"relaunched with round {decided}'s allocation",
+                               packed_with=packed, next_packed_with=0, next_round_index=0)
         return replace(job, next_placements=(), next_packed_with=0)
 
     def _profiling_ended(self, job: JobRecord, reason: str, now: float) -> JobRecord:

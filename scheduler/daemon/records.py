@@ -101,6 +101,8 @@ class JobRecord:
     next_placements: tuple[Placement, ...] = ()
     #: `packed_with` of that allocation.
     next_packed_with: int = 0
+    #: The round that decided `next_placements` (what a relaunch's history names).
+    next_round_index: int = 0
     steps_done: int = 0
     samples_per_s: float = 0.0
     attained_gpu_s: float = 0.0

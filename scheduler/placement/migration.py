@@ -109,9 +109,17 @@ def relabel_to_previous(
     """The mechanism's `allocations` on `cluster`, with servers renamed to migrate the fewest
     jobs placed in `previous` too, then each job still moved put back where it ran when its
     GPUs there are free (`stay_put`): the default `Scheduler.relabel`."""
+    return stay_put(relabelled(allocations, previous, cluster), previous, cluster)
+
+
+def relabelled(
+    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
+) -> dict[int, Allocation]:
+    """Tesserae's step alone: `allocations` with servers renamed by `relabelling`."""
     mapping = relabelling(allocations, previous, cluster)
-    renamed = {jid: _renamed(alloc, mapping) for jid, alloc in allocations.items()} if mapping else dict(allocations)
-    return stay_put(renamed, previous, cluster)
+    if not mapping:
+        return dict(allocations)
+    return {jid: _renamed(alloc, mapping) for jid, alloc in allocations.items()}
 
 
 def stay_put(
