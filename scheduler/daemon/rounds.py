@@ -236,7 +236,7 @@ class RoundLoop:
         if migrated(job.placements, new_place) or packed != job.packed_with:  # other GPUs: a move
             moving = replace(job, migrations=job.migrations + 1, next_round_index=r)
             where = f" (sharing the GPUs of job {packed})" if packed else ""
-            why = f": {plan.moves[job.id]}" if job.id in plan.moves else ""
+            why = f"; {plan.moves[job.id]}" if job.id in plan.moves else ""
             return self.jobs.request_stop(moving, f"round {r}: moving to {fmt_placements(new_place)}{where}{why}",
                                           new_place, packed)
         new_place = _in_order_of(job.placements, new_place)

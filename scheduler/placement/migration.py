@@ -240,8 +240,12 @@ def why_moved(
         })
         back = _back_home(alloc, prev, cluster)
         if back is None:
-            reasons[jid] = "its new share spans a different number of nodes" if len(alloc.placements) != len(
-                prev.placements) else "its GPUs there are of another type than this round's share"
+            shape = sorted(gpu_map(prev.placements).values()), sorted(p.gpus for p in alloc.placements)
+            reasons[jid] = (f"its GPUs are laid out anew ({'+'.join(map(str, shape[0]))} per node before, "
+                            f"{'+'.join(map(str, shape[1]))} now)" if shape[0] != shape[1]
+                            else "its share was sized for another GPU type than the one it ran on")
+        elif _fits_instead(load, caps, alloc, back):
+            reasons[jid] = "placed afresh on another node (no relabelling this round)"
         elif others:
             reasons[jid] = f"its GPUs on {', '.join(old)} went to job {', '.join(map(str, others))}"
         else:
@@ -336,6 +340,15 @@ def _shift(load: dict[str, Resources], alloc: Allocation, sign: int) -> None:
     for sid, res in alloc.held:
         if sid in load:
             load[sid] = load[sid] + res.scale(sign)
+
+
+def _fits_instead(load: Mapping[str, Resources], caps: Mapping[str, Resources], alloc: Allocation,
+                  other: Allocation) -> bool:
+    """Whether `other` fits where `alloc` is held in `load` (`alloc` taken out first)."""
+    after = dict(load)
+    _shift(after, alloc, -1)
+    _shift(after, other, +1)
+    return all(after[sid].fits_in(caps[sid]) for sid, _ in other.held)
 
 
 def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster) -> Allocation | None:

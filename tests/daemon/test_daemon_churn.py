@@ -1,0 +1,73 @@
+"""No churn through the daemon (issue 14): the core's decisions as the job history tells them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from synergy.scheduler.daemon.app import Logic
+from synergy.scheduler.daemon.clock import ManualClock
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.profiles import ProfileBook
+from synergy.scheduler.daemon.records import JobState
+from synergy.scheduler.daemon.store import MemoryStore
+from test_daemon_logic import SimNode, clock, round_, state, submit
+
+
+def _logic(**kw) -> Logic:
+    config = DaemonConfig(state_dir=Path("unused"), round_s=10, lease_grace_s=5, node_timeout_s=6,
+                          launch_timeout_s=20, stop_timeout_s=15, **kw)
+    return Logic.build(DaemonContext(config, ManualClock(), MemoryStore(), ProfileBook({})))
+
+
+def _nodes(logic: Logic, job: int) -> list[str]:
+    return [p.server_id for p in logic.jobs.get(job).placements]
+
+
+def test_cancelling_a_neighbour_leaves_the_job_on_the_other_node_running() -> None:
+    """Two identical 2-GPU nodes: A and B on a, C on b. Cancel A: C keeps running where it is
+    (before: C was stopped and moved beside B with nothing queued)."""
+    logic = _logic()
+    a, b = SimNode(logic, "a", gpus=2), SimNode(logic, "b", gpus=2)
+    ja, jb, jc = (submit(logic, n) for n in "ABC")
+    round_(logic)
+    assert (_nodes(logic, ja), _nodes(logic, jb), _nodes(logic, jc)) == (["a"], ["a"], ["b"])
+    a.heartbeat(), b.heartbeat()
+    logic.jobs.cancel(ja, "done with it")
+    a.heartbeat()
+    for _ in range(3):
+        clock(logic).advance(10)
+        a.heartbeat(), b.heartbeat()
+        round_(logic)
+    c = logic.jobs.get(jc)
+    assert c.state == JobState.RUNNING and not c.stopping and c.attempt == 1 and c.migrations == 0
+    assert _nodes(logic, jc) == ["b"] and _nodes(logic, jb) == ["a"]
+
+
+def test_a_relaunch_names_the_round_that_decided_the_move() -> None:
+    """Relabelling off, so y moves: its stop says what the move buys, and the relaunch names
+    the round that decided it, not the round y was first placed in."""
+    logic = _logic(migration_matching=False)
+    a, b = SimNode(logic, "a", gpus=2), SimNode(logic, "b", gpus=2)
+    x, y = submit(logic, "x", gpus=2), submit(logic, "y", gpus=2)
+    round_(logic)  # round 1
+    a.heartbeat(), b.heartbeat()
+    for _ in range(2):  # rounds 2 and 3: nothing changes
+        clock(logic).advance(10)
+        a.heartbeat(), b.heartbeat()
+        round_(logic)
+    logic.jobs.cancel(x, "done with it")
+    a.heartbeat()
+    clock(logic).advance(10)
+    a.heartbeat(), b.heartbeat()
+    round_(logic)  # round 4 moves y to a
+    moving = logic.jobs.get(y)
+    assert moving.stopping and moving.stop_reason == (
+        "round 4: moving to a: 2 GPU, 16 CPU, 128 GB; placed afresh on another node (no relabelling this round)"
+    ), moving.stop_reason
+    clock(logic).advance(16)  # past stop_timeout_s: the daemon tells the node to stop the task
+    b.heartbeat(), b.heartbeat()  # the SimNode stops it; its exit relaunches y
+    after = logic.jobs.get(y)
+    assert state(logic, y) == JobState.RUNNING and _nodes(logic, y) == ["a"]
+    assert after.history[-1].reason == "relaunched with round 4's allocation", after.history[-1].reason
+    assert after.round_index == 4 and after.next_round_index == 0
