@@ -9,7 +9,7 @@ from synergy.scheduler.daemon.clock import ManualClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.profiles import ProfileBook
-from synergy.scheduler.daemon.records import JobState
+from synergy.scheduler.daemon.records import JobSpec, JobState
 from synergy.scheduler.daemon.store import MemoryStore
 from test_daemon_logic import SimNode, clock, round_, state, submit
 
@@ -71,3 +71,47 @@ def test_a_relaunch_names_the_round_that_decided_the_move() -> None:
     assert state(logic, y) == JobState.RUNNING and _nodes(logic, y) == ["a"]
     assert after.history[-1].reason == "relaunched with round 4's allocation", after.history[-1].reason
     assert after.round_index == 4 and after.next_round_index == 0
+
+
+def test_a_profiling_lease_takes_no_room_the_pending_round_gave_and_preempts_nothing() -> None:
+    """Issue 14's round 15/16: a round placed jobs, a profiling lease placed before they
+    started took the node's CPUs, and the next round took them all back "before it started".
+    Now a lease takes only what neither running jobs nor the decided round hold, and two
+    arrivals profile side by side when the free CPUs allow."""
+    logic = _logic()
+    node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    placed = [submit(logic, f"q{i}") for i in range(2)]
+    logic.rounds.pending = logic.rounds.plan()  # decided plan_lead ahead of the boundary
+    planned = logic.rounds.pending.allocations
+    assert sorted(planned) == placed
+    profiled = [logic.jobs.submit(JobSpec(name=f"p{i}", command=("train",), gpus=1, profiler="synergy",
+                                          checkpoint_dir="/tmp/ckpt")).id for i in range(2)]
+    logic.profiling.place()
+    leases = [logic.jobs.get(j).placements for j in profiled]
+    used_cpus = sum(p.cpus for ps in planned.values() for p in ps) + sum(p.cpus for ps in leases for p in ps)
+    used_mem = sum(p.mem_gb for ps in planned.values() for p in ps) + sum(p.mem_gb for ps in leases for p in ps)
+    assert used_cpus <= 2 + 1e-9 and used_mem <= 8 + 1e-9, (planned, leases)
+    assert any(leases), "the free CPU still profiles one job"
+    logic.rounds.apply(logic.rounds.pending)
+    logic.rounds.pending = None
+    for _ in range(3):
+        node.heartbeat()
+        clock(logic).advance(10)
+        node.heartbeat()
+        round_(logic)
+    for j in placed:
+        job = logic.jobs.get(j)
+        assert job.state == JobState.RUNNING and not job.stopping and job.attempt == 1 and job.preemptions == 0, (
+            [t.reason for t in job.history])
+
+
+def test_arrivals_profile_side_by_side_on_a_two_cpu_node() -> None:
+    """Before, each lease took the whole node and the next job's waited for it."""
+    logic = _logic()
+    SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    jobs = [logic.jobs.submit(JobSpec(name=f"p{i}", command=("train",), gpus=1, profiler="synergy",
+                                      checkpoint_dir="/tmp/ckpt")).id for i in range(3)]
+    assert logic.profiling.place() == 2
+    leases = [logic.jobs.get(j).placements for j in jobs]
+    assert [len(p) for p in leases] == [1, 1, 0]
+    assert [p[0].cpus for p in leases[:2]] == [1.0, 1.0]
