@@ -47,7 +47,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from synergy.scheduler.model import Allocation, Cluster, Placement, Resources, Server
+from synergy.scheduler.model import EPS, Allocation, Cluster, Placement, Resources, Server
 
 #: (the mechanism's allocations, last round's, the servers it placed on) -> relabelled allocations.
 Relabeller = Callable[[Mapping[int, Allocation], Mapping[int, Allocation], Cluster], dict[int, Allocation]]
@@ -140,25 +140,37 @@ def stay_put(
     packed pairs (they move with their host's relabelling), and jobs whose old room the plan
     needs for others.
     """
+    moving = [jid for jid in sorted(allocations) if jid in previous and allocations[jid].placements
+              and migrated(previous[jid].placements, allocations[jid].placements)]
+    if not moving:
+        return dict(allocations)
     room = _Room(dict(allocations), previous, cluster)
-    for jid in sorted(allocations):
-        alloc, prev = room.plan[jid], previous.get(jid)
-        if prev is None or not room.movable(jid) or not room.moving(jid):
+    for jid in moving:
+        if not room.movable(jid) or not room.moving(jid):
             continue
-        back = _back_home(alloc, prev, cluster)
+        back = _back_home(room.plan[jid], previous[jid], cluster)
         if back is not None:
             room.try_pin(jid, back)
     return room.plan
 
 
 class _Room:
-    """A plan being laid out again, with what it holds on each server of the cluster."""
+    """A plan being laid out again: what it holds on each server of the cluster, and which
+    single-piece jobs sit on each (the ones a pin may relocate)."""
 
     def __init__(self, plan: dict[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
         self.plan, self.previous, self.cluster = plan, previous, cluster
         self.caps = {s.id: s.capacity for s in cluster.servers}
+        self.order = {sid: k for k, sid in enumerate(self.caps)}
         self.hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
         self.load = _load(plan.values(), self.caps)
+        #: Servers with a GPU free: the only places a relocated piece can go (a full plan
+        #: has few, and scanning every server per relocation cost most of the round).
+        self.gpu_free = {sid for sid, cap in self.caps.items() if cap.gpus - self.load[sid].gpus > EPS}
+        self.singles: dict[str, set[int]] = defaultdict(set)
+        for jid, a in plan.items():
+            if len(a.placements) == 1:
+                self.singles[a.placements[0].server_id].add(jid)
 
     def movable(self, jid: int) -> bool:
         """Not part of a packed pair (a pair's GPUs are shared), placed on the cluster's servers."""
@@ -173,38 +185,53 @@ class _Room:
     def try_pin(self, jid: int, back: Allocation) -> bool:
         """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
         its servers as needed; all or nothing."""
-        plan, load = dict(self.plan), dict(self.load)
-        _shift(load, plan[jid], -1)
-        _shift(load, back, +1)
-        plan[jid] = back
+        changed: dict[int, Allocation] = {jid: back}
+        load = _Overlay(self.load)
+        load.shift(self.plan[jid], -1)
+        load.shift(back, +1)
         home = [sid for sid, _ in back.held]
         for sid in home:
+            if load[sid].fits_in(self.caps[sid]):
+                continue
             movers = sorted(
-                (j for j, a in plan.items() if j != jid and self.movable(j) and len(a.placements) == 1
-                 and a.placements[0].server_id == sid and (j not in self.previous or migrated(
-                     self.previous[j].placements, a.placements))),
-                key=lambda j: (-plan[j].placements[0].gpus, j),
+                (j for j in self.singles.get(sid, ()) if j != jid and j not in changed and self.movable(j)
+                 and self.moving(j)),
+                key=lambda j: (-self.plan[j].placements[0].gpus, j),
             )
             for j in movers:
                 if load[sid].fits_in(self.caps[sid]):
                     break
-                dest = self._destination(j, plan[j].placements[0], load, set(home))
+                piece = self.plan[j].placements[0]
+                dest = self._destination(j, piece, load, set(home))
                 if dest is not None:
-                    _shift(load, plan[j], -1)
-                    plan[j] = replace(plan[j], placements=(replace(plan[j].placements[0], server_id=dest),))
-                    _shift(load, plan[j], +1)
+                    changed[j] = replace(self.plan[j], placements=(replace(piece, server_id=dest),))
+                    load.shift(self.plan[j], -1)
+                    load.shift(changed[j], +1)
             if not load[sid].fits_in(self.caps[sid]):
                 return False
-        self.plan, self.load = plan, load
+        for j, alloc in changed.items():
+            old = self.plan[j]
+            if len(old.placements) == 1:
+                self.singles[old.placements[0].server_id].discard(j)
+            if len(alloc.placements) == 1:
+                self.singles[alloc.placements[0].server_id].add(j)
+            self.plan[j] = alloc
+        self.load.update(load.changes)
+        for sid in load.changes:
+            if self.caps[sid].gpus - self.load[sid].gpus > EPS:
+                self.gpu_free.add(sid)
+            else:
+                self.gpu_free.discard(sid)
         return True
 
-    def _destination(self, jid: int, piece: Placement, load: Mapping[str, Resources], avoid: set[str]) -> str | None:
+    def _destination(self, jid: int, piece: Placement, load: _Overlay, avoid: set[str]) -> str | None:
         """Where a relocated piece goes: its own old server when it fits there, else best fit
         on GPUs among the servers of its GPU type outside `avoid`."""
         gpu_type = self.cluster.gpu_type_of(piece.server_id)
         prev = self.previous.get(jid)
         old = list(gpu_map(prev.placements)) if prev is not None else []
-        fits = [s for s in self.caps if s not in avoid and self.cluster.gpu_type_of(s) == gpu_type
+        fits = [s for s in sorted(self.gpu_free | load.changes.keys(), key=self.order.__getitem__)
+                if s not in avoid and self.cluster.gpu_type_of(s) == gpu_type
                 and (load[s] + piece.resources).fits_in(self.caps[s])]
         if len(old) == 1 and old[0] in fits:
             return old[0]
@@ -213,18 +240,46 @@ class _Room:
         return min(fits, key=lambda s: (self.caps[s].gpus - load[s].gpus - piece.gpus, s))
 
 
+class _Overlay:
+    """Per-server load over a base mapping, the changes kept apart until committed."""
+
+    def __init__(self, base: Mapping[str, Resources]) -> None:
+        self.base, self.changes = base, {}
+
+    def __getitem__(self, sid: str) -> Resources:
+        return self.changes.get(sid, self.base[sid])
+
+    def shift(self, alloc: Allocation, sign: int) -> None:
+        for sid, res in alloc.held:
+            if sid in self.base:
+                self.changes[sid] = self[sid] + res.scale(sign)
+
+
 def why_moved(
     allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
 ) -> dict[int, str]:
     """Job -> what its move buys, for each job of `previous` that `allocations` migrates, in
     words for its history (`cluster`: the servers the round could place on)."""
+    moved = [jid for jid in sorted(allocations) if jid in previous and previous[jid].placements
+             and migrated(previous[jid].placements, allocations[jid].placements)]
+    if not moved:
+        return {}
     caps = {s.id: s.capacity for s in cluster.servers}
-    load = _load(allocations.values(), caps)
+    # Only the servers the moved jobs ran on matter: one pass over the plan for those.
+    left = {p.server_id for jid in moved for p in previous[jid].placements}
+    load = {sid: Resources() for sid in left}
+    pieces: dict[str, dict[int, int]] = defaultdict(dict)  # server -> {job: GPUs there}
+    for j, a in allocations.items():
+        for sid, res in a.held:
+            if sid in load:
+                load[sid] = load[sid] + res
+        for p in a.placements:
+            if p.server_id in left and p.gpus > 0:
+                pieces[p.server_id][j] = pieces[p.server_id].get(j, 0) + p.gpus
+    on_server = {sid: list(d.items()) for sid, d in pieces.items()}
     reasons: dict[int, str] = {}
-    for jid in sorted(allocations):
-        alloc, prev = allocations[jid], previous.get(jid)
-        if prev is None or not prev.placements or not migrated(prev.placements, alloc.placements):
-            continue
+    for jid in moved:
+        alloc, prev = allocations[jid], previous[jid]
         old = sorted(gpu_map(prev.placements))
         closed = [s for s in old if s not in caps]
         if closed:
@@ -234,9 +289,8 @@ def why_moved(
             reasons[jid] = f"shares the GPUs of job {alloc.packed_with}"
             continue
         others = sorted({
-            j for j, a in allocations.items() if j != jid
-            for p in a.placements if p.server_id in old and p.gpus > 0
-            and gpu_map(previous[j].placements if j in previous else ()).get(p.server_id, 0) < p.gpus
+            j for sid in old for j, g in on_server.get(sid, ()) if j != jid
+            and (gpu_map(previous[j].placements) if j in previous else {}).get(sid, 0) < g
         })
         back = _back_home(alloc, prev, cluster)
         if back is None:
