@@ -113,3 +113,27 @@ def test_a_burst_of_arrivals_preempts_no_placed_job(scenario, seed):
         assert len(moved) <= count_migrations(first, plain.allocations)
         for j, a in out.allocations.items():  # the layout changed, never what a job holds
             assert a.total == plain.allocations[j].total
+
+
+@SETTINGS
+@given(scenarios(), st.integers(0, 2**16))
+def test_keeping_jobs_in_place_does_not_depend_on_server_names(scenario, seed):
+    """`stay_put` orders by the cluster and by `previous`, never by name: the round after a
+    burst decides the same on the cluster with its servers renamed."""
+    from test_core_properties import renamed as renamed_cluster
+
+    cluster, jobs = scenario
+    early, late = _rounds(cluster, jobs, seed)
+    other, old_name = renamed_cluster(cluster, random.Random(seed))
+    new_name = {v: k for k, v in old_name.items()}
+
+    def rename(allocs, names):
+        return {j: dataclasses.replace(a, placements=tuple(dataclasses.replace(p, server_id=names[p.server_id])
+                                                           for p in a.placements)) for j, a in allocs.items()}
+
+    for mech in MECHANISMS:
+        sched = Scheduler(Fifo(), mech)
+        first = sched.schedule(RoundInput(0.0, cluster, early)).allocations
+        out = sched.schedule(RoundInput(300.0, cluster, early + late, first)).allocations
+        there = sched.schedule(RoundInput(300.0, other, early + late, rename(first, new_name))).allocations
+        assert rename(there, old_name) == out

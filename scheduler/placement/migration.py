@@ -407,18 +407,24 @@ def _fits_instead(load: Mapping[str, Resources], caps: Mapping[str, Resources], 
 
 def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster) -> Allocation | None:
     """`alloc`'s pieces laid out on `prev`'s servers, one piece per server of the same GPU
-    count (largest first), or None when the shapes differ or a server of `prev` is not in
-    `cluster` or of another GPU type than the one `alloc` was sized for."""
+    count, in `prev`'s order (never by server name: renaming servers must change nothing),
+    or None when the shapes differ or a server of `prev` is not in `cluster` or of another
+    GPU type than the one `alloc` was sized for."""
     ids = {s.id for s in cluster.servers}
-    old = sorted(gpu_map(prev.placements).items(), key=lambda kv: (-kv[1], kv[0]))
-    new = sorted(alloc.placements, key=lambda p: (-p.gpus, p.server_id))
-    if len(old) != len(new) or any(g != p.gpus for (_, g), p in zip(old, new)):
+    old = list(gpu_map(prev.placements).items())  # first-appearance order
+    if sorted(g for _, g in old) != sorted(p.gpus for p in alloc.placements):
         return None
     if any(sid not in ids for sid, _ in old):
         return None
-    if {cluster.gpu_type_of(s) for s, _ in old} != {cluster.gpu_type_of(p.server_id) for p in new}:
+    if {cluster.gpu_type_of(s) for s, _ in old} != {cluster.gpu_type_of(p.server_id) for p in alloc.placements}:
         return None
-    return replace(alloc, placements=tuple(Placement(sid, p.gpus, p.cpus, p.mem_gb) for (sid, _), p in zip(old, new)))
+    left = list(alloc.placements)
+    pieces = []
+    for sid, g in old:
+        piece = next(p for p in left if p.gpus == g)
+        left.remove(piece)
+        pieces.append(Placement(sid, g, piece.cpus, piece.mem_gb))
+    return replace(alloc, placements=tuple(pieces))
 
 
 def _classes(servers: Sequence[Server]) -> list[list[str]]:
