@@ -21,6 +21,16 @@ pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cg
 SLEEPER = "import os, time; print('PID', os.getpid(), flush=True); time.sleep(600)"
 
 
+def _cpu_quota(pid: int) -> float:
+    """CPUs of CPU time the task's cgroup v1 `cpu` controller allows (quota / period)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            d = Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+            return int((d / "cpu.cfs_quota_us").read_text()) / int((d / "cpu.cfs_period_us").read_text())
+    raise AssertionError(f"no cpu cgroup for pid {pid}")
+
+
 def _node(admin, job: int) -> list[str]:
     return [p.node_id for p in admin.describe(job).placements]
 
@@ -42,6 +52,9 @@ def test_cancelling_a_neighbour_does_not_move_the_job_on_the_other_node(tmp_path
         where = {n: _node(admin, j) for n, j in ids.items()}
         assert where["A"] == where["B"] != where["C"], where
         pid = agents[int(where["C"][0][1])].task_pid(ids["C"])
+        # A quarter of a core (the node's share is half a CPU per GPU): CFS quota enforces it.
+        assert [p.cpus for p in admin.describe(ids["C"]).placements] == [0.25]
+        assert abs(_cpu_quota(pid) - 0.25) < 1e-3
         admin.CancelJob(admin_pb2.CancelJobRequest(job=str(ids["A"])))
         wait_for(lambda: admin.state(ids["A"]) == "cancelled", timeout=30, what="A to be cancelled")
         status = admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest())
