@@ -243,6 +243,7 @@ class JobBook:
                 f"{reason}; profile: profiled, queued with its best-case demand",
                 now,
                 profile_max_cpus=0.0,
+                profile_sub_core=False,
                 next_placements=(),
             )
         event(self.ctx.log, "job.profiling_requeued", job=job.id, reason=reason)
@@ -252,6 +253,7 @@ class JobBook:
             now,
             preemptions=job.preemptions + 1,
             profile_max_cpus=0.0,
+            profile_sub_core=False,
             next_placements=(),
         )
 

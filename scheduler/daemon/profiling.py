@@ -36,7 +36,7 @@ from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.records import JobRecord, JobState, held
 from synergy.scheduler.model import Cluster, Placement, Resources, RoundInput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, run_filters
-from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases
+from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
 
 
 def held_by_profiling(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
@@ -81,6 +81,7 @@ class ProfilingBook:
             open_nodes = Cluster(tuple(s for s in cluster.servers if run_filters(DEFAULT_FILTERS, s, inp).admit == Admit.ANY))
             asks = [ProfilingAsk(j.id, j.spec.gpus, frozenset(j.spec.gpu_types)) for j in waiting]
             leases = place_leases(asks, open_nodes, self._held())
+            fine = sub_core(cluster)  # the share is the whole cluster's (`share_basis`)
             changes = []
             for job in waiting:
                 placement = leases.get(job.id)
@@ -93,6 +94,7 @@ class ProfilingBook:
                     f"profiling lease ({job.spec.profile_search} search) on {fmt_placements((placement,))}",
                     state=JobState.PROFILING,
                     profile_max_cpus=placement.cpus,
+                    profile_sub_core=fine,
                 )
                 event(ctx.log, "job.profiling", job=job.id, placement=fmt_placements((placement,)))
                 changes.append((job, new))
@@ -122,7 +124,7 @@ class ProfilingBook:
         return used
 
 
-def with_point(job: JobRecord, cpus: int) -> JobRecord:
+def with_point(job: JobRecord, cpus: float) -> JobRecord:
     """The profiling job with its (single) placement's CPUs set to `cpus`."""
     (p,) = job.placements
     return replace(job, placements=(replace(p, cpus=float(cpus)),))

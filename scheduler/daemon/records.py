@@ -84,6 +84,8 @@ class JobRecord:
     profiled: bool = False
     #: Under a profiling lease: the most CPUs a point may ask for (the CPUs placed at launch).
     profile_max_cpus: float = 0.0
+    #: Under a profiling lease: points below one CPU may be asked for too (ProfilingLease.sub_core).
+    profile_sub_core: bool = False
     profile_source: str = ""
     #: Desired allocation while RUNNING (empty otherwise).
     placements: tuple[Placement, ...] = ()

@@ -36,6 +36,16 @@ from synergy.scheduler.model import EPS, Cluster, Placement, Resources
 MAX_PROFILE_CPUS = 24
 #: The fewest: a lease measures at least one point besides its start.
 MIN_PROFILE_CPUS = 1
+#: The points below one CPU a lease may measure (CFS quota on a shared core), highest
+#: first, where the GPU-proportional share is below one CPU per GPU (`sub_core`).
+SUB_CORE_POINTS = (0.5, 0.25)
+
+
+def sub_core(cluster: Cluster) -> bool:
+    """Whether profiling on `cluster` measures points below one CPU: where its GPU-proportional
+    share is below one CPU per GPU, demands finer than a core are what tells a loading-light
+    job from a heavy one (throughput.whole_cpu_demand keeps whole CPUs elsewhere)."""
+    return cluster.proportional_share(1).cpus < 1.0 - 1e-9
 
 
 @dataclass(frozen=True)

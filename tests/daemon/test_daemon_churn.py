@@ -115,3 +115,47 @@ def test_arrivals_profile_side_by_side_on_a_two_cpu_node() -> None:
     leases = [logic.jobs.get(j).placements for j in jobs]
     assert [len(p) for p in leases] == [1, 1, 0]
     assert [p[0].cpus for p in leases[:2]] == [1.0, 1.0]
+
+
+def test_a_profiling_lease_measures_below_one_cpu_where_the_share_is_below_one() -> None:
+    """Four GPUs on two cores (half a CPU per GPU): the lease says `sub_core`, and a point
+    of a quarter core is accepted and set on the placement; whole-CPU points still work, and
+    a fraction that is not a sub-core point is refused naming the field."""
+    from synergy.scheduler.daemon.errors import InvalidArgument
+
+    logic = _logic()
+    node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 1
+    node.heartbeat()
+    lease = logic.jobs.get(job)
+    assert lease.profile_sub_core and lease.profile_max_cpus == 2
+    logic.leases.renew(job, job, 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.25)
+    assert logic.jobs.get(job).placements[0].cpus == 0.25
+    logic.leases.renew(job, job, 1, 0, step=2, samples_per_s=1, steps_per_s=1, profile_cpus=2)
+    assert logic.jobs.get(job).placements[0].cpus == 2
+    for bad, field in ((0.3, "profile_sub_cpus"), (1.5, "profile_cpus"), (3, "profile_cpus")):
+        try:
+            logic.leases.renew(job, job, 1, 0, step=3, samples_per_s=1, steps_per_s=1, profile_cpus=bad)
+        except InvalidArgument as exc:
+            assert exc.field == field, exc
+        else:
+            raise AssertionError(f"{bad} accepted")
+
+
+def test_no_sub_core_points_where_every_gpu_has_a_whole_cpu() -> None:
+    from synergy.scheduler.daemon.errors import InvalidArgument
+
+    logic = _logic()
+    SimNode(logic, "n", gpus=2, cpus=8, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    logic.profiling.place()
+    assert not logic.jobs.get(job).profile_sub_core
+    try:
+        logic.leases.renew(job, job, 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.5)
+    except InvalidArgument as exc:
+        assert exc.field == "profile_sub_cpus" and "none" in str(exc)
+    else:
+        raise AssertionError("a sub-core point accepted on a whole-core lease")
