@@ -159,3 +159,37 @@ def test_no_sub_core_points_where_every_gpu_has_a_whole_cpu() -> None:
         assert exc.field == "profile_sub_cpus" and "none" in str(exc)
     else:
         raise AssertionError("a sub-core point accepted on a whole-core lease")
+
+
+def test_a_placement_the_node_cannot_hold_requeues_the_job_instead_of_failing_it() -> None:
+    """Found by benchmarks/physical.py: the agent could not fit a 0.75-CPU share on one shared
+    core ("impossible placement") and the job ended FAILED. The daemon's placement was at
+    fault, not the job: it goes back to the queue and runs in a later round."""
+    from synergy.scheduler.daemon.live import ObservedTask
+    from synergy.scheduler.tasks import LAUNCH_FAILED, TaskPhase
+
+    logic = _logic()
+    node = SimNode(logic, "n", gpus=2)
+    job = submit(logic, "j")
+    round_(logic)
+    node.heartbeat()
+    (key,) = node.running()
+    node.tasks[key] = ObservedTask(key, TaskPhase.EXITED, LAUNCH_FAILED, placement=node.tasks[key].placement,
+                                   message="launch failed: impossible placement: needs 0.75 of a shared core")
+    node.heartbeat()
+    j = logic.jobs.get(job)
+    assert j.state == JobState.QUEUED, [t.reason for t in j.history]
+    assert "could not be launched" in j.history[-2].reason and j.history[-2].reason.endswith("; requeued")
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    assert state(logic, job) == JobState.RUNNING and logic.jobs.get(job).attempt == 2
+    # A launch failure of the job's own making (a missing command) still fails it.
+    other = submit(logic, "k")
+    round_(logic)
+    node.heartbeat()
+    key = next(k for k in node.running() if k.job_id == other)
+    node.tasks[key] = ObservedTask(key, TaskPhase.EXITED, LAUNCH_FAILED, placement=node.tasks[key].placement,
+                                   message="launch failed: command not found: 'train'")
+    node.heartbeat()
+    assert state(logic, other) == JobState.FAILED
