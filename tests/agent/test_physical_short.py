@@ -5,6 +5,7 @@ and the light jobs were profiled below one CPU (the share is half a core per GPU
 
 from __future__ import annotations
 
+import json
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -26,6 +27,8 @@ def test_the_short_physical_run_keeps_its_mechanics(tmp_path: Path) -> None:
     assert [o.state for o in outcomes] == ["succeeded"] * 4, [(o.name, o.state, o.reason) for o in outcomes]
     assert sum(o.before_started for o in outcomes) == 0
     assert makespan > 0 and all(o.profiling_s > 0 for o in outcomes)
-    summaries = [line for f in (tmp_path / "work-tune").rglob("*.log") for line in f.read_text().splitlines()
-                 if "profiling done:" in line]
-    assert summaries and any("0.5 CPUs" in line for line in summaries), summaries
+    # The light jobs asked for half a core: the daemon's log has the points it set.
+    events = [json.loads(line) for line in (tmp_path / "state-tune.log").read_text().splitlines()
+              if line.startswith("{")]
+    points = {(e["job"], e["cpus"]) for e in events if e.get("event") == "job.profile_point"}
+    assert any(cpus == 0.5 for _, cpus in points), sorted(points)
