@@ -67,3 +67,15 @@ def test_leases_never_overcommit_a_node(caps, helds, asks):
                 if p.server_id == s.id:
                     room = room - p.resources
             assert not (room.gpus + EPS >= g and room.cpus >= 1 - EPS and room.mem_gb > 1e-3), (i, s, room)
+
+
+def test_leases_leave_room_for_jobs_already_queued():
+    """A profiled job waiting for the next round keeps its proportional share: a later
+    arrival's lease takes only what is left (before, leases took every free CPU and the
+    queue waited for the profiling to end)."""
+    c = Cluster((Server("n0", Resources(4, 2, 8)),))
+    share = c.proportional_share(1)  # half a CPU, 2 GB
+    leases = place_leases([ProfilingAsk(1, 1), ProfilingAsk(2, 1)], c, {}, queued=[share, share])
+    assert sorted(leases) == [1]  # 2 CPUs - 2 x 0.5 queued = 1 CPU: one lease
+    assert leases[1].cpus == 1 and leases[1].mem_gb == 4.0
+    assert place_leases([ProfilingAsk(1, 1)], c, {}, queued=[share] * 4) == {}  # every GPU is spoken for

@@ -80,7 +80,13 @@ class ProfilingBook:
             inp = RoundInput(now, cluster, [], {}, ctx.config.round_s, ctx.config.heartbeat_window)
             open_nodes = Cluster(tuple(s for s in cluster.servers if run_filters(DEFAULT_FILTERS, s, inp).admit == Admit.ANY))
             asks = [ProfilingAsk(j.id, j.spec.gpus, frozenset(j.spec.gpu_types)) for j in waiting]
-            leases = place_leases(asks, open_nodes, self._held())
+            # Profiled jobs waiting for a round keep their proportional share (in the pending
+            # plan's jobs it is counted in `_held` already).
+            planned = self.planned()
+            queued = [cluster.proportional_share(j.spec.gpus)
+                      for j in sorted(ctx.store.active_jobs(), key=lambda j: (j.submitted_at, j.id))
+                      if j.state == JobState.QUEUED and not j.spec.cpu_only and j.id not in planned]
+            leases = place_leases(asks, open_nodes, self._held(), queued=queued)
             fine = sub_core(cluster)  # the share is the whole cluster's (`share_basis`)
             changes = []
             for job in waiting:

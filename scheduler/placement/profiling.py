@@ -11,7 +11,9 @@ The rule here, chosen over a per-round profiling budget or profiling at the prop
 share (which measures nothing above it):
 
 * a lease takes only what is free: the caller passes what placed, running and relaunching
-  jobs and the round already decided hold (`held`), and the leases placed before;
+  jobs and the round already decided hold (`held`), and the leases placed before; and it
+  leaves room for the jobs already queued (profiled, waiting for a round) at their
+  GPU-proportional share, so profiling later arrivals does not hold up the queue;
 * the asks are spread: each goes (in the order given: arrival) to the node where it would
   get the most CPUs, with its GPUs free and of a type it accepts, and a node's free CPUs are
   split between the leases placed on it in the same pass, so that two asks on a two-CPU node
@@ -63,11 +65,19 @@ def place_leases(
     held: Mapping[str, Resources],
     max_cpus: int = MAX_PROFILE_CPUS,
     min_cpus: int = MIN_PROFILE_CPUS,
+    queued: Sequence[Resources] = (),
 ) -> dict[int, Placement]:
     """Job id -> its lease, for the asks that fit in what `cluster`'s servers (those that take
-    new work) have free beyond `held` (server id -> what work and earlier leases hold there).
-    An ask left out waits for the next pass."""
+    new work) have free beyond `held` (server id -> what work and earlier leases hold there)
+    and beyond what `queued` jobs (each its GPU-proportional share, in queue order) would take
+    if placed first, each on the first server it fits: jobs that arrived before and are
+    profiled already are not kept waiting by later arrivals' leases. An ask left out waits
+    for the next pass."""
     free = {s.id: s.capacity - held.get(s.id, Resources()) for s in cluster.servers}
+    for share in queued:
+        home = next((sid for sid, room in free.items() if share.fits_in(room)), None)
+        if home is not None:
+            free[home] = free[home] - share
     types = {s.id: s.gpu_type for s in cluster.servers}
     on_node: dict[str, list[ProfilingAsk]] = {}
     for ask in asks:
