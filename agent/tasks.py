@@ -40,13 +40,11 @@ from synergy.agent import contract, state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
 from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.tasks import TaskKey
+from synergy.scheduler.tasks import IMPOSSIBLE_PLACEMENT, LAUNCH_FAILED, TaskKey
 from synergy.scheduler.tasks import TaskPhase as Phase
 from synergy.v1 import node_pb2
 
 GIB = 1024**3
-#: Exit code reported for a task that could not be started (like a shell's "command not found").
-LAUNCH_FAILED = 127
 #: The exit code that means "checkpointed, restart me" (docs/daemon.md).
 EXIT_RESTART = 75
 #: Exit code reported for a task whose exit status is unknown (lost across an agent restart).
@@ -276,19 +274,19 @@ class Supervisor:
         try:
             task.grant = choose_cores(share.cpus, self.cores, held)
         except CoreError as exc:
-            raise LaunchError(f"impossible placement: {exc}") from None
+            raise LaunchError(f"{IMPOSSIBLE_PLACEMENT}: {exc}") from None
         if task.packed_with:
             gpu_indices = self._packed_gpus(task)
         else:
             free_gpus = [i for i in range(self.gpu_count) if i not in taken_gpus]
             if share.gpus > len(free_gpus):
                 raise LaunchError(
-                    f"impossible placement: needs {share.gpus} GPUs, {len(free_gpus)} of {self.gpu_count} are free"
+                    f"{IMPOSSIBLE_PLACEMENT}: needs {share.gpus} GPUs, {len(free_gpus)} of {self.gpu_count} are free"
                 )
             gpu_indices = tuple(free_gpus[: share.gpus])
         if share.mem_gb < 0 or mem_used + share.mem_gb > self.mem_gb + 1e-6:
             raise LaunchError(
-                f"impossible placement: needs {share.mem_gb:g} GB of memory, "
+                f"{IMPOSSIBLE_PLACEMENT}: needs {share.mem_gb:g} GB of memory, "
                 f"{max(0.0, self.mem_gb - mem_used):g} of {self.mem_gb:g} GB are free"
             )
         task.gpu_indices = gpu_indices

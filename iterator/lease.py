@@ -155,7 +155,7 @@ class LeaseKeeper:
             req = job_pb2.RenewLeaseRequest(
                 job_id=e.job_id, attempt=e.attempt, rank=e.rank, step=step,
                 samples_per_s=steps_per_s * self.samples_per_step, steps_per_s=steps_per_s,
-                profile_cpus=self.want_cpus if self.profiling is not None else 0)
+                **_point(self.want_cpus if self.profiling is not None else 0))
             stats = self._cache_stats()
             if stats is not None:
                 req.cache.CopyFrom(stats)
@@ -186,7 +186,8 @@ class LeaseKeeper:
     def _take_profiling(self, reg: Any) -> None:
         if reg.HasField("profiling"):
             p = reg.profiling
-            self.profiling = ProfilingTerms(p.search, int(p.max_cpus), p.task, int(p.gpus), float(p.max_mem_gb))
+            self.profiling = ProfilingTerms(p.search, int(p.max_cpus), p.task, int(p.gpus), float(p.max_mem_gb),
+                                            p.sub_core)
             log.info("profiling lease: %s search, up to %d CPUs", p.search, p.max_cpus)
 
     def _report_profile(self) -> None:
@@ -239,6 +240,11 @@ class LeaseKeeper:
         self.call("ReportCompletion", job_pb2.ReportCompletionRequest(
             job_id=e.job_id, attempt=e.attempt, outcome=outcome, step=step, message=message[:500]),
             give_up_after_s=self.report_patience_s if patience_s is None else patience_s)
+
+
+def _point(cpus: float) -> dict[str, float]:
+    """The RenewLeaseRequest fields asking for a profiling point of `cpus` (0 = none)."""
+    return {"profile_sub_cpus": cpus} if 0 < cpus < 1 else {"profile_cpus": int(cpus)}
 
 
 def _pause_rpcs_across_forks(keeper: LeaseKeeper) -> None:

@@ -25,6 +25,7 @@ to `on_batch`, so tests drive it without time.
 from __future__ import annotations
 
 import enum
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from synergy.profiler.coda import CodaSearch
 from synergy.profiler.fill import complete_profile
 from synergy.profiler.search import OptimisticSearch
 from synergy.profiler.storage import measure_read_bandwidth
+from synergy.profiler.subcore import SubCoreSearch
 from synergy.profiler.window import ThroughputWindow
 
 #: Iterations per window: skipped after a switch, then timed. Small: every point is real
@@ -50,9 +52,9 @@ PROCESS_HEADROOM = 1.5
 INSENSITIVE_STORAGE_BYTES_PER_S = 1e15
 
 
-def workers_for(cpus: int) -> int:
+def workers_for(cpus: float) -> int:
     """DataLoader workers at `cpus` CPUs: one core for the training process, the rest decode
-    (0 workers at 1 CPU: the training process loads its own batches)."""
+    (0 workers at 1 CPU or below: the training process loads its own batches)."""
     return max(0, int(cpus) - 1)
 
 
@@ -65,6 +67,8 @@ class ProfilingTerms:
     task: str
     gpus: int
     max_mem_gb: float
+    #: Measure points below one CPU too (`ProfilingLease.sub_core`, profiler/subcore.py).
+    sub_core: bool = False
 
 
 class Phase(str, enum.Enum):
@@ -75,9 +79,9 @@ class Phase(str, enum.Enum):
 
 def make_search(terms: ProfilingTerms) -> Any:
     """The search a lease asks for: `CodaSearch` for "coda", else Synergy's optimistic one."""
-    if terms.search == "coda":
-        return CodaSearch(terms.max_cpus, terms.task or "image")
-    return OptimisticSearch(terms.max_cpus)
+    search: Any = CodaSearch(terms.max_cpus, terms.task or "image") if terms.search == "coda" \
+        else OptimisticSearch(terms.max_cpus)
+    return SubCoreSearch(search) if terms.sub_core else search
 
 
 class LiveProfiler:
@@ -89,7 +93,7 @@ class LiveProfiler:
         self.samples_per_batch = samples_per_batch
         self.search = search if search is not None else make_search(terms)
         self.warmup, self.measure = warmup, measure
-        self.want: int = 0
+        self.want: float = 0
         self.window: ThroughputWindow | None = None
         self.phase = Phase.WAIT
         self._next()
@@ -99,7 +103,7 @@ class LiveProfiler:
         if nxt is None:
             self.phase, self.want, self.window = Phase.DONE, 0, None
         else:
-            self.phase, self.want, self.window = Phase.WAIT, int(nxt), None
+            self.phase, self.want, self.window = Phase.WAIT, nxt, None
 
     @property
     def done(self) -> bool:
@@ -111,7 +115,7 @@ class LiveProfiler:
         Returns the worker count to switch the loader to now, or None to keep it.
         """
         if self.phase == Phase.WAIT:
-            if abs(in_force_cpus - self.want) < 1e-9 and in_force_cores >= self.want:
+            if abs(in_force_cpus - self.want) < 1e-9 and in_force_cores >= math.ceil(self.want):
                 self.phase = Phase.MEASURE
                 self.window = ThroughputWindow(self.warmup, self.measure)
                 return workers_for(self.want)
@@ -124,7 +128,7 @@ class LiveProfiler:
                 self._next()
         return None
 
-    def result(self) -> list[tuple[int, float]]:
+    def result(self) -> list[tuple[float, float]]:
         """The measured (CPUs, samples/s) points."""
         return list(self.search.points)
 
@@ -154,7 +158,7 @@ def process_rss_gb(pid: int | None = None) -> float:
     return total / 1e9
 
 
-def build_profile(points: Sequence[tuple[int, float]], terms: ProfilingTerms, *, model: str,
+def build_profile(points: Sequence[tuple[float, float]], terms: ProfilingTerms, *, model: str,
                   files: Sequence[Path] | None, batch_size: int, process_mem_gb: float) -> dict[str, Any]:
     """The whole profile (docs/profiles.md, one model entry) from the measured points.
 

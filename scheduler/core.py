@@ -15,7 +15,7 @@ from synergy.scheduler.mechanisms.base import Mechanism
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
-from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous
+from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous, why_moved
 from synergy.scheduler.placement.packing import pack_per_type
 from synergy.scheduler.policies.base import Policy
 from synergy.scheduler.profiles.pairs import PairTable
@@ -69,7 +69,8 @@ class Scheduler:
         allocations = {**array.training, **kept}
         cpu_allocs, cpu_waiting = array.allocations, array.waiting
         waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)
-        return RoundOutput({**allocations, **cpu_allocs}, waiting, out.reverted)
+        moves = why_moved(allocations, inp.previous, cluster) if inp.previous else {}
+        return RoundOutput({**allocations, **cpu_allocs}, waiting, out.reverted, moves)
 
 
 def _cpu_array_pass(

@@ -327,3 +327,6 @@ class RoundOutput:
     waiting: dict[int, str] = field(default_factory=dict)
     #: Jobs that were given their GPU-proportional share instead of their best-case demand.
     reverted: frozenset[int] = frozenset()
+    #: Jobs of `RoundInput.previous` this round migrates -> what the move buys, in words
+    #: (placement/migration.py: why_moved); a move the round cannot name is not made.
+    moves: dict[int, str] = field(default_factory=dict)

@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+#: Exit code an agent reports for a task that could not be started (like a shell's
+#: "command not found"); its message says why.
+LAUNCH_FAILED = 127
+#: How such a message starts when the node could not hold the placement the daemon sent
+#: (its cores, GPUs or memory are not free as the daemon counted them): not the job's fault,
+#: so the daemon requeues the job instead of failing it.
+IMPOSSIBLE_PLACEMENT = "impossible placement"
+
+
 class TaskPhase(str, enum.Enum):
     STARTING = "starting"
     RUNNING = "running"

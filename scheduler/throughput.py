@@ -56,5 +56,20 @@ def proportional_remaining_s(job: Job, cluster: Cluster) -> float:
 
 
 def best_case_per_gpu(job: Job, cluster: Cluster) -> tuple[float, float]:
-    """The job's demand vector per GPU: best case, but never slower than proportional."""
-    return job.profile.best_case(floor=proportional_speed(job, cluster))
+    """The job's demand vector per GPU: best case, but never slower than proportional.
+
+    A profile measured below one CPU (rows under 1) may ask for a fraction of a core, which
+    the agent enforces as a CFS quota on a shared core. That is what lets a loading-light job
+    give CPU to a loading-heavy one where the share is below one CPU per GPU (issue 14: on a
+    0.5-CPU share, whole-CPU demands cannot tell the two apart). Where every GPU has a whole
+    CPU or more, demands stay whole (`whole_cpu_demand`)."""
+    c, m = job.profile.best_case(floor=proportional_speed(job, cluster))
+    return whole_cpu_demand(c, proportional_per_gpu(cluster)[0]), m
+
+
+def whole_cpu_demand(cpus_per_gpu: float, share_cpus_per_gpu: float) -> float:
+    """`cpus_per_gpu` raised to one CPU when it is below one and the GPU-proportional share
+    gives each GPU a whole CPU or more: fractions of a core only where the share calls for them."""
+    if cpus_per_gpu < 1.0 <= share_cpus_per_gpu + 1e-9:
+        return 1.0
+    return cpus_per_gpu

@@ -25,6 +25,9 @@ from synergy.scheduler.placement.migration import (
     node_cost,
     plan_cost,
     relabel_to_previous,
+    relabelled,
+    stay_put,
+    why_moved,
 )
 from synergy.scheduler.policies.fifo import Fifo
 
@@ -76,8 +79,11 @@ def test_figure6_node_pair_cost_and_total():
     assert node_cost(on(FIG6_OLD, "n0"), on(FIG6_NEW, "n1"), common) == 1.5
     assert gpu_level_node_cost(on(FIG6_OLD, "n0"), on(FIG6_NEW, "n1"), common, 4) == 1.5
     assert plan_cost(FIG6_OLD, FIG6_NEW) == 4.0  # keeping the labels: 4 jobs move
-    out = relabel_to_previous(FIG6_NEW, FIG6_OLD, cluster(2))
+    out = relabelled(FIG6_NEW, FIG6_OLD, cluster(2))
     assert plan_cost(FIG6_OLD, out) == 3.0
+    # Beyond Tesserae: relabelling moves a node's content whole; job 5 and 7 can go back to
+    # n1 and jobs 2 and 3 to n0 (the plan's room allows it), so nobody moves at all.
+    assert count_migrations(FIG6_OLD, relabel_to_previous(FIG6_NEW, FIG6_OLD, cluster(2))) == 0
     assert count_migrations(FIG6_OLD, out) == 3
     assert {j for j in out if migrated(FIG6_OLD[j].placements, out[j].placements)} == {1, 4, 6}
     assert on(out, "n0") == {2: 1, 3: 1, 6: 1} and on(out, "n1") == {1: 1, 4: 1, 5: 1, 7: 1}
@@ -115,9 +121,11 @@ def test_only_interchangeable_servers_swap():
     new = plan({"n1": [(1, 1)]})
     big = Cluster((Server("n0", Resources(8, 24, 200)), Server("n1", CAP)))
     loaned = Cluster((Server("n0", CAP, pool=ServerPool.LOANED), Server("n1", CAP)))
-    assert relabel_to_previous(new, old, big) == new
-    assert relabel_to_previous(new, old, loaned) == new
-    assert relabel_to_previous(new, old, cluster(2)) == old
+    assert relabelled(new, old, big) == new
+    assert relabelled(new, old, loaned) == new
+    assert relabelled(new, old, cluster(2)) == old
+    # Where the job's own old GPUs are free it goes back there all the same (stay_put).
+    assert relabel_to_previous(new, old, big) == old
 
 
 def test_servers_keep_their_labels_when_nothing_is_gained():

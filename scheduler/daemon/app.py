@@ -66,7 +66,8 @@ class Logic:
         nodes = NodeBook(ctx, jobs, reconciler)
         rounds = RoundLoop(ctx, jobs, nodes)
         nodes.loans.core_jobs = rounds.core_jobs  # a reclaim reads elastic ranges as the rounds do
-        profiling = ProfilingBook(ctx, jobs, lambda: rounds.snapshot()[0])
+        profiling = ProfilingBook(ctx, jobs, lambda: rounds.snapshot()[0],
+                                   lambda: rounds.pending.allocations if rounds.pending else {})
         return cls(ctx, jobs, reconciler, nodes, LeaseBook(ctx, jobs), rounds, profiling)
 
     def recover(self) -> None:

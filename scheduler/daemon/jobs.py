@@ -18,6 +18,7 @@ from synergy.scheduler.daemon.live import ObservedTask
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.records import AdminState, JobRecord, JobSpec, JobState, Transition, placed_on
 from synergy.scheduler.model import EPS, Placement
+from synergy.scheduler.tasks import IMPOSSIBLE_PLACEMENT, LAUNCH_FAILED
 
 #: Exit code a job uses for "I checkpointed; restart me later" (EX_TEMPFAIL).
 EXIT_RESTART = 75
@@ -228,8 +229,9 @@ class JobBook:
         self.ctx.live.jobs.pop(job.id, None)
         event(self.ctx.log, "job.preempted", job=job.id, reason=reason)
         if nxt and all(self.placeable(p.server_id) for p in nxt):
-            return self.launch(job, nxt, job.round_index, f"relaunched with round {job.round_index}'s allocation",
-                               packed_with=packed, next_packed_with=0)
+            decided = job.next_round_index or job.round_index
+            return self.launch(job, nxt, decided, f"relaunched with round {decided}'s allocation",
+                               packed_with=packed, next_packed_with=0, next_round_index=0)
         return replace(job, next_placements=(), next_packed_with=0)
 
     def _profiling_ended(self, job: JobRecord, reason: str, now: float) -> JobRecord:
@@ -242,6 +244,7 @@ class JobBook:
                 f"{reason}; profile: profiled, queued with its best-case demand",
                 now,
                 profile_max_cpus=0.0,
+                profile_sub_core=False,
                 next_placements=(),
             )
         event(self.ctx.log, "job.profiling_requeued", job=job.id, reason=reason)
@@ -251,6 +254,7 @@ class JobBook:
             now,
             preemptions=job.preemptions + 1,
             profile_max_cpus=0.0,
+            profile_sub_core=False,
             next_placements=(),
         )
 
@@ -275,6 +279,13 @@ class JobBook:
             if others_running:
                 return None
             return self.with_progress(job).to(JobState.SUCCEEDED, "every process exited 0", now, exit_code=0)
+        if code == LAUNCH_FAILED and message.startswith(f"launch failed: {IMPOSSIBLE_PLACEMENT}"):
+            # The node could not hold what the daemon placed (its cores or GPUs were not free
+            # as counted): the daemon's mistake, not the job's. Back to the queue, saying so.
+            why = f"rank {rank} on node {node_id} could not be launched ({message})"
+            if others_running:  # the other ranks stop first; their exits requeue the job
+                return self.request_stop(job, why)
+            return self.preempt(job, f"{why}; requeued")
         detail = f": {message}" if message else ""
         # The agent says OOM as a flag: the reason never depends on the wording of its message.
         how = "was killed by its memory limit (OOM)" if oom_killed else f"exited with code {code}"

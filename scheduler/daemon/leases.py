@@ -20,6 +20,7 @@ from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.live import ObservedTask, RankLease
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.profiling import with_point
+from synergy.scheduler.placement.profiling import SUB_CORE_POINTS
 from synergy.scheduler.daemon.records import JobRecord, JobState, placed_on
 from synergy.scheduler.tasks import TaskKey
 
@@ -101,11 +102,12 @@ class LeaseBook:
         step: int,
         samples_per_s: float,
         steps_per_s: float,
-        profile_cpus: int = 0,
+        profile_cpus: float = 0,
         cache: Mapping[str, int] | None = None,
     ) -> Renewal:
-        """`profile_cpus`: the next point of a profiling lease (0 = none); `cache`: the job's
-        MinIO cache counters (CacheStats in common.proto), kept live for describe."""
+        """`profile_cpus`: the next point of a profiling lease (0 = none): whole CPUs, or one of
+        `SUB_CORE_POINTS` on a `sub_core` lease; `cache`: the job's MinIO cache counters
+        (CacheStats in common.proto), kept live for describe."""
         for name, v in (("samples_per_s", samples_per_s), ("steps_per_s", steps_per_s)):
             if not math.isfinite(v) or v < 0:
                 raise InvalidArgument(name, f"must be a finite number >= 0, got {v}")
@@ -133,7 +135,7 @@ class LeaseBook:
         step: int,
         samples: float,
         rate: float,
-        profile_cpus: int,
+        profile_cpus: float,
         locked: bool,
     ) -> Renewal | None:
         """The renewal's answer; None when it needs a state change and `locked` is False."""
@@ -154,9 +156,14 @@ class LeaseBook:
             if not job.profiling_lease:
                 raise FailedPrecondition(f"profile_cpus: job {job.id} does not hold a profiling lease")
             top = int(job.profile_max_cpus)
-            if not 1 <= profile_cpus <= top:
+            if profile_cpus < 1:
+                if not job.profile_sub_core or profile_cpus not in SUB_CORE_POINTS:
+                    allowed = " or ".join(map(str, SUB_CORE_POINTS)) if job.profile_sub_core else "none"
+                    raise InvalidArgument("profile_sub_cpus", f"points below one CPU on this lease: {allowed}; "
+                                          f"got {profile_cpus:g}")
+            elif profile_cpus != int(profile_cpus) or not 1 <= profile_cpus <= top:
                 raise InvalidArgument("profile_cpus", f"must be from 1 to {top} (the profiling lease's CPUs), "
-                                      f"got {profile_cpus}")
+                                      f"got {profile_cpus:g}")
             if abs(job.placements[0].cpus - profile_cpus) > 1e-9:
                 if not locked:
                     return None

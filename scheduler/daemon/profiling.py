@@ -5,9 +5,10 @@ while the iterator measures its throughput at the CPU counts its search chooses.
 
 * a PROFILING job without a placement (`ProfileBook.needs_profiling` kept it out of the queue)
   is placed by `place()` (a periodic event, every second, so ahead of the policy's queue and
-  without waiting for a round) on the first node the core's filters admit that has its GPUs
-  free, with as many of that node's free CPUs as the search may ask for (all of them, up to
-  `MAX_PROFILE_CPUS`) and all of its free memory;
+  without waiting for a round) where the core's `placement/profiling.place_leases` says:
+  only in room no work holds (running jobs, moves under way, and the round decided but not
+  yet applied are taken out first), spread over the nodes, a node's free CPUs split between
+  the leases placed on it together; whole CPUs, up to `MAX_PROFILE_CPUS`;
 * the job stays in state PROFILING with that placement: a real placed task, which the
   reconciler launches, RESIZEs and stops, lease expiry and node loss requeue (into PROFILING
   again: `JobBook.preempt`), like a RUNNING one;
@@ -18,14 +19,14 @@ while the iterator measures its throughput at the CPU counts its search chooses.
   the job stops through the ordinary lease path, then queues with its best-case demand.
 
 Rounds do not see profiling jobs as jobs; `held_by_profiling` takes their shares out of the
-nodes the core is given, so the core never hands those CPUs to someone else. A round decided
-(`plan_lead` ahead) before a profiling placement may still ask for the same room: the
-reconciler then defers that launch until the room is free (`job.launch_deferred`).
+nodes the core is given, so the core never hands those CPUs to someone else; and a lease
+never takes room the round decided `plan_lead` ahead gave a job. Should both still ask for
+the same room (a node shrank), the reconciler defers that launch until the room is free
+(`job.launch_deferred`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Callable, Iterable, Mapping
 
@@ -35,9 +36,7 @@ from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.records import JobRecord, JobState, held
 from synergy.scheduler.model import Cluster, Placement, Resources, RoundInput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, run_filters
-
-#: The most CPUs a profiling placement holds (the paper profiles up to 24 CPUs per job).
-MAX_PROFILE_CPUS = 24
+from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
 
 
 def held_by_profiling(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
@@ -51,31 +50,49 @@ def held_by_profiling(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
 
 
 class ProfilingBook:
-    def __init__(self, ctx: DaemonContext, jobs: JobBook, cluster: Callable[[], Cluster]) -> None:
+    def __init__(
+        self,
+        ctx: DaemonContext,
+        jobs: JobBook,
+        cluster: Callable[[], Cluster],
+        planned: Callable[[], Mapping[int, tuple[Placement, ...]]] = dict,
+    ) -> None:
         self.ctx = ctx
         self.jobs = jobs
         #: The nodes as the round's core would see them now (RoundLoop.snapshot's cluster),
         #: profiling shares already taken out. Called with the lock held.
         self.cluster = cluster
+        #: The allocations of the round decided and not applied yet (RoundLoop.pending):
+        #: a lease must not take the room a job was just placed in.
+        self.planned = planned
 
     def place(self) -> int:
-        """Place waiting PROFILING jobs where they fit now; returns how many were placed."""
+        """Place waiting PROFILING jobs where they fit now (the core's `place_leases`);
+        returns how many were placed."""
         ctx = self.ctx
         with ctx.lock:
-            waiting = [j for j in ctx.store.active_jobs() if j.state == JobState.PROFILING and not j.placements]
+            waiting = sorted((j for j in ctx.store.active_jobs() if j.state == JobState.PROFILING and not j.placements),
+                             key=lambda j: (j.submitted_at, j.id))
             if not waiting:
                 return 0
             cluster = self.cluster()
             now = ctx.clock.now()
             inp = RoundInput(now, cluster, [], {}, ctx.config.round_s, ctx.config.heartbeat_window)
-            free = self._free(cluster, inp)
-            types = {s.id: s.gpu_type for s in cluster.servers}
+            open_nodes = Cluster(tuple(s for s in cluster.servers if run_filters(DEFAULT_FILTERS, s, inp).admit == Admit.ANY))
+            asks = [ProfilingAsk(j.id, j.spec.gpus, frozenset(j.spec.gpu_types)) for j in waiting]
+            # Profiled jobs waiting for a round keep their proportional share (in the pending
+            # plan's jobs it is counted in `_held` already).
+            planned = self.planned()
+            queued = [cluster.proportional_share(j.spec.gpus)
+                      for j in sorted(ctx.store.active_jobs(), key=lambda j: (j.submitted_at, j.id))
+                      if j.state == JobState.QUEUED and not j.spec.cpu_only and j.id not in planned]
+            leases = place_leases(asks, open_nodes, self._held(), queued=queued)
+            fine = sub_core(cluster)  # the share is the whole cluster's (`share_basis`)
             changes = []
             for job in waiting:
-                placement = self._choose(job, free, types)
+                placement = leases.get(job.id)
                 if placement is None:
                     continue
-                free[placement.server_id] = free[placement.server_id] - placement.resources
                 new = self.jobs.launch(
                     job,
                     (placement,),
@@ -83,6 +100,7 @@ class ProfilingBook:
                     f"profiling lease ({job.spec.profile_search} search) on {fmt_placements((placement,))}",
                     state=JobState.PROFILING,
                     profile_max_cpus=placement.cpus,
+                    profile_sub_core=fine,
                 )
                 event(ctx.log, "job.profiling", job=job.id, placement=fmt_placements((placement,)))
                 changes.append((job, new))
@@ -90,42 +108,29 @@ class ProfilingBook:
                 ctx.save_jobs(changes)
             return len(changes)
 
-    def _free(self, cluster: Cluster, inp: RoundInput) -> dict[str, Resources]:
-        """Free resources per node the filters admit new work on (running and relaunching
-        jobs' shares taken out; profiling shares already are, by `cluster`)."""
+    def _held(self) -> dict[str, Resources]:
+        """Per node, what work holds or is about to hold there: running jobs' placements, the
+        allocation a moving one relaunches with, and the pending round's allocations (each
+        job counted at the most of these per node). Profiling shares are already out of
+        `self.cluster()`."""
+        planned = self.planned()
         used: dict[str, Resources] = {}
         for j in self.ctx.store.active_jobs():
-            if j.state != JobState.RUNNING:
+            if j.profiling_lease:
                 continue
-            for placements, packed in ((j.placements, j.packed_with), (j.next_placements, j.next_packed_with)):
-                for node_id in {p.server_id for p in placements}:
-                    used[node_id] = used.get(node_id, Resources()) + held(placements, packed, node_id)
-        return {
-            s.id: s.capacity - used.get(s.id, Resources())
-            for s in cluster.servers
-            if run_filters(DEFAULT_FILTERS, s, inp).admit == Admit.ANY
-        }
-
-    @staticmethod
-    def _choose(job: JobRecord, free: dict[str, Resources], types: Mapping[str, str]) -> Placement | None:
-        """The node with the most free CPUs among those with the job's GPUs free, of a GPU
-        type the job accepts (a profile measured on another GPU would mislead the rounds)."""
-        best: Placement | None = None
-        accepted = job.spec.gpu_types
-        for node_id in sorted(free):
-            if accepted and types.get(node_id, "") not in accepted:
-                continue
-            room = free[node_id]
-            cpus = min(MAX_PROFILE_CPUS, math.floor(room.cpus + 1e-9))
-            if room.gpus + 1e-9 < job.spec.gpus or cpus < 1 or room.mem_gb <= 0:
-                continue
-            if best is None or cpus > best.cpus:
-                # GB in 3-decimal steps, rounded down (what the agent can hold: RegisterNode's unit)
-                best = Placement(node_id, job.spec.gpus, float(cpus), math.floor(room.mem_gb * 1000) / 1000)
-        return best
+            shares = [(j.placements, j.packed_with), (j.next_placements, j.next_packed_with)]
+            if j.id in planned:
+                shares.append((planned[j.id], 0))
+            for node_id in {p.server_id for placements, _ in shares for p in placements}:
+                most = Resources()
+                for placements, packed in shares:
+                    r = held(placements, packed, node_id)
+                    most = Resources(max(most.gpus, r.gpus), max(most.cpus, r.cpus), max(most.mem_gb, r.mem_gb))
+                used[node_id] = used.get(node_id, Resources()) + most
+        return used
 
 
-def with_point(job: JobRecord, cpus: int) -> JobRecord:
+def with_point(job: JobRecord, cpus: float) -> JobRecord:
     """The profiling job with its (single) placement's CPUs set to `cpus`."""
     (p,) = job.placements
     return replace(job, placements=(replace(p, cpus=float(cpus)),))

@@ -84,6 +84,8 @@ class JobRecord:
     profiled: bool = False
     #: Under a profiling lease: the most CPUs a point may ask for (the CPUs placed at launch).
     profile_max_cpus: float = 0.0
+    #: Under a profiling lease: points below one CPU may be asked for too (ProfilingLease.sub_core).
+    profile_sub_core: bool = False
     profile_source: str = ""
     #: Desired allocation while RUNNING (empty otherwise).
     placements: tuple[Placement, ...] = ()
@@ -101,6 +103,8 @@ class JobRecord:
     next_placements: tuple[Placement, ...] = ()
     #: `packed_with` of that allocation.
     next_packed_with: int = 0
+    #: The round that decided `next_placements` (what a relaunch's history names).
+    next_round_index: int = 0
     steps_done: int = 0
     samples_per_s: float = 0.0
     attained_gpu_s: float = 0.0

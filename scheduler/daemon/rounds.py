@@ -51,6 +51,8 @@ class Plan:
     waiting: dict[int, str] = field(default_factory=dict)
     #: Packed allocations: job id -> the job whose GPUs it shares (Allocation.packed_with).
     packed: dict[int, int] = field(default_factory=dict)
+    #: Running jobs this round moves -> what the move buys (RoundOutput.moves).
+    moves: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,7 +161,7 @@ class RoundLoop:
         placements = {job_id: tuple(alloc.placements) for job_id, alloc in out.allocations.items()}
         packed = {job_id: a.packed_with for job_id, a in out.allocations.items() if a.packed_with is not None}
         return Plan(index, now, decision_s, frozenset(j.id for j in records), placements,
-                    {**out.waiting, **no_type}, packed)
+                    {**out.waiting, **no_type}, packed, out.moves)
 
     def apply(self, plan: Plan) -> None:
         ctx = self.ctx
@@ -227,14 +229,15 @@ class RoundLoop:
         if job.state != JobState.RUNNING:
             return None
         if job.stopping:
-            return _with_next(job, new_place or (), packed if new_place else 0)
+            return _with_next(job, new_place or (), packed if new_place else 0, r)
         if new_place is None:
             why = plan.waiting.get(job.id, "not chosen this round")
             return self.jobs.request_stop(job, f"round {r}: lease not renewed ({why})")
         if migrated(job.placements, new_place) or packed != job.packed_with:  # other GPUs: a move
-            moving = replace(job, migrations=job.migrations + 1)
+            moving = replace(job, migrations=job.migrations + 1, next_round_index=r)
             where = f" (sharing the GPUs of job {packed})" if packed else ""
-            return self.jobs.request_stop(moving, f"round {r}: moving to {fmt_placements(new_place)}{where}",
+            why = f"; {plan.moves[job.id]}" if job.id in plan.moves else ""
+            return self.jobs.request_stop(moving, f"round {r}: moving to {fmt_placements(new_place)}{where}{why}",
                                           new_place, packed)
         new_place = _in_order_of(job.placements, new_place)
         if len(new_place) == len(job.placements) and all(map(same_share, new_place, job.placements)):
@@ -305,10 +308,10 @@ def _waiting(job: JobRecord, reason: str) -> JobRecord:
     return job if job.waiting_reason == reason else replace(job, waiting_reason=reason)
 
 
-def _with_next(job: JobRecord, placements: tuple[Placement, ...], packed_with: int) -> JobRecord:
+def _with_next(job: JobRecord, placements: tuple[Placement, ...], packed_with: int, round_index: int) -> JobRecord:
     if job.next_placements == placements and job.next_packed_with == packed_with:
         return job
-    return replace(job, next_placements=placements, next_packed_with=packed_with)
+    return replace(job, next_placements=placements, next_packed_with=packed_with, next_round_index=round_index)
 
 
 def _resized(job: JobRecord, placements: tuple[Placement, ...], round_index: int) -> JobRecord:

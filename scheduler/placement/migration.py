@@ -29,6 +29,14 @@ per GPU, a consolidated job stays consolidated and a split job stays on as many 
 
 Pure and deterministic: `scipy.optimize.linear_sum_assignment` on matrices built in the
 cluster's server order; servers the matching leaves free keep their own label when they can.
+
+Relabelling moves a node's content whole, so it cannot undo a move that only consolidates:
+A and B on `s0`, C on `s1`, A ends, and best fit now puts B and C together on `s0`; no
+renaming keeps both B and C where they were. `stay_put` then puts each job the plan still
+moves back on the GPUs it ran on, with the plan's CPUs and memory for it, wherever they are
+still free in the plan: a move must buy something the round can name, and `why_moved` names
+it (the node it ran on takes no new work, its GPUs there went to other jobs, or its new
+share does not fit there).
 """
 from __future__ import annotations
 
@@ -38,7 +46,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from synergy.scheduler.model import Allocation, Cluster, Placement
+from synergy.scheduler.model import EPS, Allocation, Cluster, Placement, Resources
 
 #: (the mechanism's allocations, last round's, the servers it placed on) -> relabelled allocations.
 Relabeller = Callable[[Mapping[int, Allocation], Mapping[int, Allocation], Cluster], dict[int, Allocation]]
@@ -98,11 +106,207 @@ def relabel_to_previous(
     allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
 ) -> dict[int, Allocation]:
     """The mechanism's `allocations` on `cluster`, with servers renamed to migrate the fewest
-    jobs placed in `previous` too (the default `Scheduler.relabel`)."""
+    jobs placed in `previous` too, then each job still moved put back where it ran when its
+    GPUs there are free (`stay_put`): the default `Scheduler.relabel`."""
+    return stay_put(relabelled(allocations, previous, cluster), previous, cluster)
+
+
+def relabelled(
+    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
+) -> dict[int, Allocation]:
+    """Tesserae's step alone: `allocations` with servers renamed by `relabelling`."""
     mapping = relabelling(allocations, previous, cluster)
     if not mapping:
         return dict(allocations)
     return {jid: _renamed(alloc, mapping) for jid, alloc in allocations.items()}
+
+
+def stay_put(
+    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
+) -> dict[int, Allocation]:
+    """`allocations` with every job that would migrate put back on the servers and GPU counts
+    it had in `previous`, keeping this round's CPUs and memory per piece, wherever that can be
+    made to fit on `cluster` (in job id order: the oldest first).
+
+    Where the job's old room went to jobs that did not run there (new this round, or moving
+    anyway), those are placed elsewhere in the plan, each whole on one server of its GPU type
+    with what the plan gave it (a moving one back on its own old server when it fits there),
+    so the plan keeps every job it placed with the same resources. Only the layout changes:
+    every job's speed and every guarantee the mechanism gave it stay as they were.
+
+    Left moving: jobs whose old servers are not in `cluster` (closed, another pool) or of
+    another GPU type than the plan's, whose pieces changed shape (split <-> consolidated),
+    packed pairs (they move with their host's relabelling), and jobs whose old room the plan
+    needs for others.
+    """
+    moving = [jid for jid in sorted(allocations) if jid in previous and allocations[jid].placements
+              and migrated(previous[jid].placements, allocations[jid].placements)]
+    if not moving:
+        return dict(allocations)
+    room = _Room(dict(allocations), previous, cluster)
+    for jid in moving:
+        if not room.movable(jid) or not room.moving(jid):
+            continue
+        back = _back_home(room.plan[jid], previous[jid], cluster)
+        if back is not None:
+            room.try_pin(jid, back)
+    return room.plan
+
+
+class _Room:
+    """A plan being laid out again: what it holds on each server of the cluster, and which
+    single-piece jobs sit on each (the ones a pin may relocate)."""
+
+    def __init__(self, plan: dict[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
+        self.plan, self.previous, self.cluster = plan, previous, cluster
+        self.caps = {s.id: s.capacity for s in cluster.servers}
+        self.order = {sid: k for k, sid in enumerate(self.caps)}
+        self.hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
+        self.load = _load(plan.values(), self.caps)
+        #: Servers with a GPU free: the only places a relocated piece can go (a full plan
+        #: has few, and scanning every server per relocation cost most of the round).
+        self.gpu_free = {sid for sid, cap in self.caps.items() if cap.gpus - self.load[sid].gpus > EPS}
+        self.singles: dict[str, set[int]] = defaultdict(set)
+        for jid, a in plan.items():
+            if len(a.placements) == 1:
+                self.singles[a.placements[0].server_id].add(jid)
+
+    def movable(self, jid: int) -> bool:
+        """Not part of a packed pair (a pair's GPUs are shared), placed on the cluster's servers."""
+        a = self.plan[jid]
+        return (a.packed_with is None and jid not in self.hosts and bool(a.placements)
+                and all(p.server_id in self.caps for p in a.placements))
+
+    def moving(self, jid: int) -> bool:
+        prev = self.previous.get(jid)
+        return prev is None or migrated(prev.placements, self.plan[jid].placements)
+
+    def try_pin(self, jid: int, back: Allocation) -> bool:
+        """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
+        its servers as needed; all or nothing."""
+        changed: dict[int, Allocation] = {jid: back}
+        load = _Overlay(self.load)
+        load.shift(self.plan[jid], -1)
+        load.shift(back, +1)
+        home = [sid for sid, _ in back.held]
+        for sid in home:
+            if load[sid].fits_in(self.caps[sid]):
+                continue
+            movers = sorted(
+                (j for j in self.singles.get(sid, ()) if j != jid and j not in changed and self.movable(j)
+                 and self.moving(j)),
+                key=lambda j: (-self.plan[j].placements[0].gpus, j),
+            )
+            for j in movers:
+                if load[sid].fits_in(self.caps[sid]):
+                    break
+                piece = self.plan[j].placements[0]
+                dest = self._destination(j, piece, load, set(home))
+                if dest is not None:
+                    changed[j] = self.plan[j].with_placements((Placement(dest, piece.gpus, piece.cpus, piece.mem_gb),))
+                    load.shift(self.plan[j], -1)
+                    load.shift(changed[j], +1)
+            if not load[sid].fits_in(self.caps[sid]):
+                return False
+        for j, alloc in changed.items():
+            old = self.plan[j]
+            if len(old.placements) == 1:
+                self.singles[old.placements[0].server_id].discard(j)
+            if len(alloc.placements) == 1:
+                self.singles[alloc.placements[0].server_id].add(j)
+            self.plan[j] = alloc
+        self.load.update(load.changes)
+        for sid in load.changes:
+            if self.caps[sid].gpus - self.load[sid].gpus > EPS:
+                self.gpu_free.add(sid)
+            else:
+                self.gpu_free.discard(sid)
+        return True
+
+    def _destination(self, jid: int, piece: Placement, load: _Overlay, avoid: set[str]) -> str | None:
+        """Where a relocated piece goes: its own old server when it fits there, else best fit
+        on GPUs among the servers of its GPU type outside `avoid`."""
+        gpu_type = self.cluster.gpu_type_of(piece.server_id)
+        prev = self.previous.get(jid)
+        old = list(gpu_map(prev.placements)) if prev is not None else []
+        fits = [s for s in sorted(self.gpu_free | load.changes.keys(), key=self.order.__getitem__)
+                if s not in avoid and self.cluster.gpu_type_of(s) == gpu_type
+                and (load[s] + piece.resources).fits_in(self.caps[s])]
+        if len(old) == 1 and old[0] in fits:
+            return old[0]
+        if not fits:
+            return None
+        return min(fits, key=lambda s: (self.caps[s].gpus - load[s].gpus - piece.gpus, self.order[s]))
+
+
+class _Overlay:
+    """Per-server load over a base mapping, the changes kept apart until committed."""
+
+    def __init__(self, base: Mapping[str, Resources]) -> None:
+        self.base, self.changes = base, {}
+
+    def __getitem__(self, sid: str) -> Resources:
+        return self.changes.get(sid, self.base[sid])
+
+    def shift(self, alloc: Allocation, sign: int) -> None:
+        for sid, res in alloc.held:
+            if sid in self.base:
+                self.changes[sid] = self[sid] + res.scale(sign)
+
+
+def why_moved(
+    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
+) -> dict[int, str]:
+    """Job -> what its move buys, for each job of `previous` that `allocations` migrates, in
+    words for its history (`cluster`: the servers the round could place on)."""
+    moved = [jid for jid in sorted(allocations) if jid in previous and previous[jid].placements
+             and migrated(previous[jid].placements, allocations[jid].placements)]
+    if not moved:
+        return {}
+    caps = {s.id: s.capacity for s in cluster.servers}
+    # Only the servers the moved jobs ran on matter: one pass over the plan for those.
+    left = {p.server_id for jid in moved for p in previous[jid].placements}
+    load = {sid: Resources() for sid in left}
+    pieces: dict[str, dict[int, int]] = defaultdict(dict)  # server -> {job: GPUs there}
+    for j, a in allocations.items():
+        for sid, res in a.held:
+            if sid in load:
+                load[sid] = load[sid] + res
+        for p in a.placements:
+            if p.server_id in left and p.gpus > 0:
+                pieces[p.server_id][j] = pieces[p.server_id].get(j, 0) + p.gpus
+    on_server = {sid: list(d.items()) for sid, d in pieces.items()}
+    reasons: dict[int, str] = {}
+    for jid in moved:
+        alloc, prev = allocations[jid], previous[jid]
+        old = sorted(gpu_map(prev.placements))
+        closed = [s for s in old if s not in caps]
+        if closed:
+            reasons[jid] = f"node {', '.join(closed)} takes no new work from it this round"
+            continue
+        if alloc.packed_with is not None:
+            reasons[jid] = f"shares the GPUs of job {alloc.packed_with}"
+            continue
+        others = sorted({
+            j for sid in old for j, g in on_server.get(sid, ()) if j != jid
+            and (gpu_map(previous[j].placements) if j in previous else {}).get(sid, 0) < g
+        })
+        back = _back_home(alloc, prev, cluster)
+        if back is None:
+            shape = sorted(gpu_map(prev.placements).values()), sorted(p.gpus for p in alloc.placements)
+            reasons[jid] = (f"its GPUs are laid out anew ({'+'.join(map(str, shape[0]))} per node before, "
+                            f"{'+'.join(map(str, shape[1]))} now)" if shape[0] != shape[1]
+                            else "its share was sized for another GPU type than the one it ran on")
+        elif _fits_instead(load, caps, alloc, back):
+            reasons[jid] = "placed afresh on another node (no relabelling this round)"
+        elif others:
+            reasons[jid] = f"its GPUs on {', '.join(old)} went to job {', '.join(map(str, others))}"
+        else:
+            free = {s: caps[s] - load.get(s, Resources()) for s in old}
+            room = ", ".join(f"{s}: {max(0.0, r.cpus):g} CPUs, {max(0.0, r.mem_gb):g} GB free" for s, r in free.items())
+            t = alloc.total
+            reasons[jid] = f"its new share ({t.cpus:g} CPUs, {t.mem_gb:g} GB) does not fit where it ran ({room})"
+    return reasons
 
 
 def relabelling(
@@ -173,6 +377,54 @@ def _by_node(allocations: Mapping[int, Allocation], jobs: Mapping[int, int]) -> 
                 node = nodes[p.server_id]
                 node[jid] = node.get(jid, 0) + p.gpus
     return nodes
+
+
+def _load(allocations: Iterable[Allocation], caps: Mapping[str, Resources]) -> dict[str, Resources]:
+    """Server -> what `allocations` hold on it, for the servers in `caps`."""
+    load = {sid: Resources() for sid in caps}
+    for alloc in allocations:
+        for sid, res in alloc.held:
+            if sid in load:
+                load[sid] = load[sid] + res
+    return load
+
+
+def _shift(load: dict[str, Resources], alloc: Allocation, sign: int) -> None:
+    """Add (sign +1) or take away (-1) what `alloc` holds from `load`, on the servers it has."""
+    for sid, res in alloc.held:
+        if sid in load:
+            load[sid] = load[sid] + res.scale(sign)
+
+
+def _fits_instead(load: Mapping[str, Resources], caps: Mapping[str, Resources], alloc: Allocation,
+                  other: Allocation) -> bool:
+    """Whether `other` fits where `alloc` is held in `load` (`alloc` taken out first)."""
+    after = dict(load)
+    _shift(after, alloc, -1)
+    _shift(after, other, +1)
+    return all(after[sid].fits_in(caps[sid]) for sid, _ in other.held)
+
+
+def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster) -> Allocation | None:
+    """`alloc`'s pieces laid out on `prev`'s servers, one piece per server of the same GPU
+    count, in `prev`'s order (never by server name: renaming servers must change nothing),
+    or None when the shapes differ or a server of `prev` is not in `cluster` or of another
+    GPU type than the one `alloc` was sized for."""
+    ids = {s.id for s in cluster.servers}
+    old = list(gpu_map(prev.placements).items())  # first-appearance order
+    if sorted(g for _, g in old) != sorted(p.gpus for p in alloc.placements):
+        return None
+    if any(sid not in ids for sid, _ in old):
+        return None
+    if {cluster.gpu_type_of(s) for s, _ in old} != {cluster.gpu_type_of(p.server_id) for p in alloc.placements}:
+        return None
+    left = list(alloc.placements)
+    pieces = []
+    for sid, g in old:
+        piece = next(p for p in left if p.gpus == g)
+        left.remove(piece)
+        pieces.append(Placement(sid, g, piece.cpus, piece.mem_gb))
+    return alloc.with_placements(tuple(pieces))
 
 
 def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, str]:

@@ -55,18 +55,20 @@ class Allocation(_message.Message):
     def __init__(self, cpus: _Optional[float] = ..., cores: _Optional[_Iterable[int]] = ..., mem_gb: _Optional[float] = ..., known: _Optional[bool] = ...) -> None: ...
 
 class ProfilingLease(_message.Message):
-    __slots__ = ("search", "max_cpus", "task", "gpus", "max_mem_gb")
+    __slots__ = ("search", "max_cpus", "task", "gpus", "max_mem_gb", "sub_core")
     SEARCH_FIELD_NUMBER: _ClassVar[int]
     MAX_CPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     MAX_MEM_GB_FIELD_NUMBER: _ClassVar[int]
+    SUB_CORE_FIELD_NUMBER: _ClassVar[int]
     search: str
     max_cpus: int
     task: str
     gpus: int
     max_mem_gb: float
-    def __init__(self, search: _Optional[str] = ..., max_cpus: _Optional[int] = ..., task: _Optional[str] = ..., gpus: _Optional[int] = ..., max_mem_gb: _Optional[float] = ...) -> None: ...
+    sub_core: bool
+    def __init__(self, search: _Optional[str] = ..., max_cpus: _Optional[int] = ..., task: _Optional[str] = ..., gpus: _Optional[int] = ..., max_mem_gb: _Optional[float] = ..., sub_core: _Optional[bool] = ...) -> None: ...
 
 class RegisterJobProcessRequest(_message.Message):
     __slots__ = ("job_id", "attempt", "rank", "world_size", "node_id", "hostname", "pid")
@@ -115,7 +117,7 @@ class ReportProfileResponse(_message.Message):
     def __init__(self, profile_source: _Optional[str] = ...) -> None: ...
 
 class RenewLeaseRequest(_message.Message):
-    __slots__ = ("job_id", "attempt", "rank", "step", "samples_per_s", "steps_per_s", "profile_cpus", "cache")
+    __slots__ = ("job_id", "attempt", "rank", "step", "samples_per_s", "steps_per_s", "profile_cpus", "cache", "profile_sub_cpus")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +126,7 @@ class RenewLeaseRequest(_message.Message):
     STEPS_PER_S_FIELD_NUMBER: _ClassVar[int]
     PROFILE_CPUS_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_SUB_CPUS_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     rank: int
@@ -132,7 +135,8 @@ class RenewLeaseRequest(_message.Message):
     steps_per_s: float
     profile_cpus: int
     cache: _common_pb2.CacheStats
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ..., profile_cpus: _Optional[int] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ...) -> None: ...
+    profile_sub_cpus: float
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ..., profile_cpus: _Optional[int] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ..., profile_sub_cpus: _Optional[float] = ...) -> None: ...
 
 class RenewLeaseResponse(_message.Message):
     __slots__ = ("action", "lease", "stop_at_step", "reason", "renew_interval_s", "in_force", "profiling")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import grpc
 
 from synergy.scheduler.daemon import validation
@@ -49,6 +51,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             task=job.spec.task,
             gpus=job.spec.gpus,
             max_mem_gb=p.mem_gb,
+            sub_core=job.profile_sub_core,
         )
 
     @rpc
@@ -93,7 +96,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             validation.counter(request.step, "step"),
             request.samples_per_s,
             request.steps_per_s,
-            request.profile_cpus,
+            _point(request),
             validation.cache_stats(request.cache, "cache") if request.HasField("cache") else None,
         )
         reply = job_pb2.RenewLeaseResponse(
@@ -142,3 +145,12 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             validation.text(request.message, "message"),
         )
         return job_pb2.ReportCompletionResponse(state=convert.job_state_to_msg(state))
+
+
+def _point(request: job_pb2.RenewLeaseRequest) -> float:
+    """The profiling point asked for: `profile_sub_cpus` below one CPU, else `profile_cpus`."""
+    if request.profile_sub_cpus and request.profile_cpus:
+        raise InvalidArgument("profile_sub_cpus", "ask for one point at a time: profile_cpus or profile_sub_cpus")
+    if not math.isfinite(request.profile_sub_cpus) or request.profile_sub_cpus < 0:
+        raise InvalidArgument("profile_sub_cpus", f"must be a finite number >= 0, got {request.profile_sub_cpus}")
+    return request.profile_sub_cpus or request.profile_cpus

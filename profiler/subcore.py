@@ -1,0 +1,72 @@
+"""Points below one CPU (issue 14): after a whole-CPU search, where the share calls for it.
+
+On a node whose GPU-proportional share is below one CPU per GPU (four GPUs on two cores:
+half a CPU each), whole-CPU profiles cannot tell a loading-light job (a tenth of a core) from
+one that needs a whole one: both "need" 1 CPU, nothing fits, and TUNE falls back to the
+proportional share for everyone. A lease with `sub_core` (the daemon sets it there) wraps
+the whole-CPU search: once that is done and one CPU is within the knee tolerance of the best
+point (more CPUs buy nothing), it measures `SUB_CORE_POINTS` (0.5, then 0.25 CPUs, as CFS
+quota on a shared core), going lower only while the job stays that fast. The profile's
+rows then start below one CPU and the core's demand can be a fraction of a core.
+
+Same protocol as the searches (`next_cpus`, `record`, `points`, `probes`), so the live
+driver does not know the difference. Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from synergy.profiler.search import KNEE_TOLERANCE
+from synergy.scheduler.placement.profiling import SUB_CORE_POINTS
+
+
+class SubCoreSearch:
+    """`inner` (a whole-CPU search), then the points below one CPU while the job keeps its
+    best throughput there."""
+
+    def __init__(self, inner: Any, tolerance: float = KNEE_TOLERANCE) -> None:
+        self.inner = inner
+        self.tolerance = tolerance
+        self._below: dict[float, float] = {}
+
+    @property
+    def max_cpus(self) -> int:
+        return self.inner.max_cpus
+
+    def next_cpus(self) -> float | None:
+        nxt = self.inner.next_cpus()
+        if nxt is not None:
+            return nxt
+        whole = dict(self.inner.points)
+        if 1 not in whole:
+            return None
+        floor = (1.0 - self.tolerance) * max(whole.values())
+        if whole[1] < floor:
+            return None  # one CPU is already slower than the best: less will not do
+        for cpus in SUB_CORE_POINTS:
+            if cpus not in self._below:
+                return cpus
+            if self._below[cpus] < floor:
+                return None  # slower here: the points below would be slower still
+        return None
+
+    def record(self, cpus: float, samples_per_s: float) -> None:
+        if cpus >= 1:
+            self.inner.record(int(cpus), samples_per_s)
+            return
+        if cpus not in SUB_CORE_POINTS or cpus in self._below:
+            raise ValueError(f"cpus {cpus!r}: not a point below one CPU still to measure ({SUB_CORE_POINTS})")
+        if not (isinstance(samples_per_s, (int, float)) and math.isfinite(samples_per_s) and samples_per_s >= 0):
+            raise ValueError(f"samples_per_s must be a finite number >= 0, got {samples_per_s!r}")
+        self._below[cpus] = float(samples_per_s)
+
+    @property
+    def points(self) -> list[tuple[float, float]]:
+        """(cpus, samples/s) measured so far, by CPU count, the points below one CPU first."""
+        return sorted([*self._below.items(), *self.inner.points])
+
+    @property
+    def probes(self) -> int:
+        return self.inner.probes + len(self._below)

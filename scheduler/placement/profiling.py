@@ -1,0 +1,109 @@
+"""Where profiling leases go (Synergy §3.1): a pure decision the daemon and the simulator share.
+
+A job that arrives without a profile is run briefly while it measures its throughput at the
+CPU counts its search picks. Synergy profiles "prior to the job's initial addition to the
+scheduling queue"; on a real cluster that room is taken from somewhere, and two ways of
+taking it cost the cluster its work (issue 14): a lease that takes CPUs placed or running
+jobs hold (they are taken back, or run slower than their share), and leases that each take a
+whole node one after another (many arrivals queue behind one node while GPUs idle).
+
+The rule here, chosen over a per-round profiling budget or profiling at the proportional
+share (which measures nothing above it):
+
+* a lease takes only what is free: the caller passes what placed, running and relaunching
+  jobs and the round already decided hold (`held`), and the leases placed before; and it
+  leaves room for the jobs already queued (profiled, waiting for a round) at their
+  GPU-proportional share, so profiling later arrivals does not hold up the queue;
+* the asks are spread: each goes (in the order given: arrival) to the node where it would
+  get the most CPUs, with its GPUs free and of a type it accepts, and a node's free CPUs are
+  split between the leases placed on it in the same pass, so that two asks on a two-CPU node
+  profile side by side instead of one after the other;
+* a lease holds at least `min_cpus` (whole CPUs: a point is a CPU count) and at most
+  `max_cpus`; the points above what it holds are left to the model (profiles/format.py
+  extrapolates the curve), which is the price of never taking CPUs from work;
+* memory: the node's free memory, split like the CPUs, in 3-decimal GB steps (what an
+  agent can hold).
+
+Deterministic: nodes in cluster order, ties to the first.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from synergy.scheduler.model import EPS, Cluster, Placement, Resources
+
+#: The most CPUs one lease holds (the paper profiles up to 24 CPUs per job).
+MAX_PROFILE_CPUS = 24
+#: The fewest: a lease measures at least one point besides its start.
+MIN_PROFILE_CPUS = 1
+#: The points below one CPU a lease may measure (CFS quota on a shared core), highest
+#: first, where the GPU-proportional share is below one CPU per GPU (`sub_core`).
+SUB_CORE_POINTS = (0.5, 0.25)
+
+
+def sub_core(cluster: Cluster) -> bool:
+    """Whether profiling on `cluster` measures points below one CPU: where its GPU-proportional
+    share is below one CPU per GPU, demands finer than a core are what tells a loading-light
+    job from a heavy one (throughput.whole_cpu_demand keeps whole CPUs elsewhere)."""
+    return cluster.proportional_share(1).cpus < 1.0 - 1e-9
+
+
+@dataclass(frozen=True)
+class ProfilingAsk:
+    """A job waiting to be profiled: its GPUs and the GPU types it accepts (empty = any)."""
+
+    job_id: int
+    gpus: int
+    gpu_types: frozenset[str] = frozenset()
+
+
+def place_leases(
+    asks: Sequence[ProfilingAsk],
+    cluster: Cluster,
+    held: Mapping[str, Resources],
+    max_cpus: int = MAX_PROFILE_CPUS,
+    min_cpus: int = MIN_PROFILE_CPUS,
+    queued: Sequence[Resources] = (),
+) -> dict[int, Placement]:
+    """Job id -> its lease, for the asks that fit in what `cluster`'s servers (those that take
+    new work) have free beyond `held` (server id -> what work and earlier leases hold there)
+    and beyond what `queued` jobs (each its GPU-proportional share, in queue order) would take
+    if placed first, each on the first server it fits: jobs that arrived before and are
+    profiled already are not kept waiting by later arrivals' leases. An ask left out waits
+    for the next pass."""
+    free = {s.id: s.capacity - held.get(s.id, Resources()) for s in cluster.servers}
+    for share in queued:
+        home = next((sid for sid, room in free.items() if share.fits_in(room)), None)
+        if home is not None:
+            free[home] = free[home] - share
+    types = {s.id: s.gpu_type for s in cluster.servers}
+    on_node: dict[str, list[ProfilingAsk]] = {}
+    for ask in asks:
+        best, best_cpus = None, 0
+        for sid, room in free.items():
+            if ask.gpu_types and types[sid] not in ask.gpu_types:
+                continue
+            mine = on_node.get(sid, [])
+            gpus_left = room.gpus - sum(a.gpus for a in mine)
+            if gpus_left + EPS < ask.gpus:
+                continue
+            cpus = _share(room.cpus, len(mine) + 1, max_cpus)
+            if cpus >= min_cpus and cpus > best_cpus and room.mem_gb > EPS:
+                best, best_cpus = sid, cpus
+        if best is not None:
+            on_node.setdefault(best, []).append(ask)
+    leases: dict[int, Placement] = {}
+    for sid, mine in on_node.items():
+        room = free[sid]
+        cpus = _share(room.cpus, len(mine), max_cpus)
+        mem = math.floor(room.mem_gb / len(mine) * 1000) / 1000
+        for ask in mine:
+            leases[ask.job_id] = Placement(sid, ask.gpus, float(cpus), mem)
+    return leases
+
+
+def _share(free_cpus: float, n: int, max_cpus: int) -> int:
+    """Whole CPUs each of `n` leases gets of `free_cpus`, at most `max_cpus`."""
+    return min(max_cpus, math.floor(free_cpus / n + 1e-9))

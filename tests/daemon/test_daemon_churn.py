@@ -1,0 +1,195 @@
+"""No churn through the daemon (issue 14): the core's decisions as the job history tells them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from synergy.scheduler.daemon.app import Logic
+from synergy.scheduler.daemon.clock import ManualClock
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.profiles import ProfileBook
+from synergy.scheduler.daemon.records import JobSpec, JobState
+from synergy.scheduler.daemon.store import MemoryStore
+from test_daemon_logic import SimNode, clock, round_, state, submit
+
+
+def _logic(**kw) -> Logic:
+    config = DaemonConfig(state_dir=Path("unused"), round_s=10, lease_grace_s=5, node_timeout_s=6,
+                          launch_timeout_s=20, stop_timeout_s=15, **kw)
+    return Logic.build(DaemonContext(config, ManualClock(), MemoryStore(), ProfileBook({})))
+
+
+def _nodes(logic: Logic, job: int) -> list[str]:
+    return [p.server_id for p in logic.jobs.get(job).placements]
+
+
+def test_cancelling_a_neighbour_leaves_the_job_on_the_other_node_running() -> None:
+    """Two identical 2-GPU nodes: A and B on a, C on b. Cancel A: C keeps running where it is
+    (before: C was stopped and moved beside B with nothing queued)."""
+    logic = _logic()
+    a, b = SimNode(logic, "a", gpus=2), SimNode(logic, "b", gpus=2)
+    ja, jb, jc = (submit(logic, n) for n in "ABC")
+    round_(logic)
+    assert (_nodes(logic, ja), _nodes(logic, jb), _nodes(logic, jc)) == (["a"], ["a"], ["b"])
+    a.heartbeat(), b.heartbeat()
+    logic.jobs.cancel(ja, "done with it")
+    a.heartbeat()
+    for _ in range(3):
+        clock(logic).advance(10)
+        a.heartbeat(), b.heartbeat()
+        round_(logic)
+    c = logic.jobs.get(jc)
+    assert c.state == JobState.RUNNING and not c.stopping and c.attempt == 1 and c.migrations == 0
+    assert _nodes(logic, jc) == ["b"] and _nodes(logic, jb) == ["a"]
+
+
+def test_a_relaunch_names_the_round_that_decided_the_move() -> None:
+    """Relabelling off, so y moves: its stop says what the move buys, and the relaunch names
+    the round that decided it, not the round y was first placed in."""
+    logic = _logic(migration_matching=False)
+    a, b = SimNode(logic, "a", gpus=2), SimNode(logic, "b", gpus=2)
+    x, y = submit(logic, "x", gpus=2), submit(logic, "y", gpus=2)
+    round_(logic)  # round 1
+    a.heartbeat(), b.heartbeat()
+    for _ in range(2):  # rounds 2 and 3: nothing changes
+        clock(logic).advance(10)
+        a.heartbeat(), b.heartbeat()
+        round_(logic)
+    logic.jobs.cancel(x, "done with it")
+    a.heartbeat()
+    clock(logic).advance(10)
+    a.heartbeat(), b.heartbeat()
+    round_(logic)  # round 4 moves y to a
+    moving = logic.jobs.get(y)
+    assert moving.stopping and moving.stop_reason == (
+        "round 4: moving to a: 2 GPU, 16 CPU, 128 GB; placed afresh on another node (no relabelling this round)"
+    ), moving.stop_reason
+    clock(logic).advance(16)  # past stop_timeout_s: the daemon tells the node to stop the task
+    b.heartbeat(), b.heartbeat()  # the SimNode stops it; its exit relaunches y
+    after = logic.jobs.get(y)
+    assert state(logic, y) == JobState.RUNNING and _nodes(logic, y) == ["a"]
+    assert after.history[-1].reason == "relaunched with round 4's allocation", after.history[-1].reason
+    assert after.round_index == 4 and after.next_round_index == 0
+
+
+def test_a_profiling_lease_takes_no_room_the_pending_round_gave_and_preempts_nothing() -> None:
+    """Issue 14's round 15/16: a round placed jobs, a profiling lease placed before they
+    started took the node's CPUs, and the next round took them all back "before it started".
+    Now a lease takes only what neither running jobs nor the decided round hold, and two
+    arrivals profile side by side when the free CPUs allow."""
+    logic = _logic()
+    node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    placed = [submit(logic, f"q{i}") for i in range(2)]
+    logic.rounds.pending = logic.rounds.plan()  # decided plan_lead ahead of the boundary
+    planned = logic.rounds.pending.allocations
+    assert sorted(planned) == placed
+    profiled = [logic.jobs.submit(JobSpec(name=f"p{i}", command=("train",), gpus=1, profiler="synergy",
+                                          checkpoint_dir="/tmp/ckpt")).id for i in range(2)]
+    logic.profiling.place()
+    leases = [logic.jobs.get(j).placements for j in profiled]
+    used_cpus = sum(p.cpus for ps in planned.values() for p in ps) + sum(p.cpus for ps in leases for p in ps)
+    used_mem = sum(p.mem_gb for ps in planned.values() for p in ps) + sum(p.mem_gb for ps in leases for p in ps)
+    assert used_cpus <= 2 + 1e-9 and used_mem <= 8 + 1e-9, (planned, leases)
+    assert any(leases), "the free CPU still profiles one job"
+    logic.rounds.apply(logic.rounds.pending)
+    logic.rounds.pending = None
+    for _ in range(3):
+        node.heartbeat()
+        clock(logic).advance(10)
+        node.heartbeat()
+        round_(logic)
+    for j in placed:
+        job = logic.jobs.get(j)
+        assert job.state == JobState.RUNNING and not job.stopping and job.attempt == 1 and job.preemptions == 0, (
+            [t.reason for t in job.history])
+
+
+def test_arrivals_profile_side_by_side_on_a_two_cpu_node() -> None:
+    """Before, each lease took the whole node and the next job's waited for it."""
+    logic = _logic()
+    SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    jobs = [logic.jobs.submit(JobSpec(name=f"p{i}", command=("train",), gpus=1, profiler="synergy",
+                                      checkpoint_dir="/tmp/ckpt")).id for i in range(3)]
+    assert logic.profiling.place() == 2
+    leases = [logic.jobs.get(j).placements for j in jobs]
+    assert [len(p) for p in leases] == [1, 1, 0]
+    assert [p[0].cpus for p in leases[:2]] == [1.0, 1.0]
+
+
+def test_a_profiling_lease_measures_below_one_cpu_where_the_share_is_below_one() -> None:
+    """Four GPUs on two cores (half a CPU per GPU): the lease says `sub_core`, and a point
+    of a quarter core is accepted and set on the placement; whole-CPU points still work, and
+    a fraction that is not a sub-core point is refused naming the field."""
+    from synergy.scheduler.daemon.errors import InvalidArgument
+
+    logic = _logic()
+    node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 1
+    node.heartbeat()
+    lease = logic.jobs.get(job)
+    assert lease.profile_sub_core and lease.profile_max_cpus == 2
+    logic.leases.renew(job, job, 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.25)
+    assert logic.jobs.get(job).placements[0].cpus == 0.25
+    logic.leases.renew(job, job, 1, 0, step=2, samples_per_s=1, steps_per_s=1, profile_cpus=2)
+    assert logic.jobs.get(job).placements[0].cpus == 2
+    for bad, field in ((0.3, "profile_sub_cpus"), (1.5, "profile_cpus"), (3, "profile_cpus")):
+        try:
+            logic.leases.renew(job, job, 1, 0, step=3, samples_per_s=1, steps_per_s=1, profile_cpus=bad)
+        except InvalidArgument as exc:
+            assert exc.field == field, exc
+        else:
+            raise AssertionError(f"{bad} accepted")
+
+
+def test_no_sub_core_points_where_every_gpu_has_a_whole_cpu() -> None:
+    from synergy.scheduler.daemon.errors import InvalidArgument
+
+    logic = _logic()
+    SimNode(logic, "n", gpus=2, cpus=8, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    logic.profiling.place()
+    assert not logic.jobs.get(job).profile_sub_core
+    try:
+        logic.leases.renew(job, job, 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.5)
+    except InvalidArgument as exc:
+        assert exc.field == "profile_sub_cpus" and "none" in str(exc)
+    else:
+        raise AssertionError("a sub-core point accepted on a whole-core lease")
+
+
+def test_a_placement_the_node_cannot_hold_requeues_the_job_instead_of_failing_it() -> None:
+    """Found by benchmarks/physical.py: the agent could not fit a 0.75-CPU share on one shared
+    core ("impossible placement") and the job ended FAILED. The daemon's placement was at
+    fault, not the job: it goes back to the queue and runs in a later round."""
+    from synergy.scheduler.daemon.live import ObservedTask
+    from synergy.scheduler.tasks import LAUNCH_FAILED, TaskPhase
+
+    logic = _logic()
+    node = SimNode(logic, "n", gpus=2)
+    job = submit(logic, "j")
+    round_(logic)
+    node.heartbeat()
+    (key,) = node.running()
+    node.tasks[key] = ObservedTask(key, TaskPhase.EXITED, LAUNCH_FAILED, placement=node.tasks[key].placement,
+                                   message="launch failed: impossible placement: needs 0.75 of a shared core")
+    node.heartbeat()
+    j = logic.jobs.get(job)
+    assert j.state == JobState.QUEUED, [t.reason for t in j.history]
+    assert "could not be launched" in j.history[-2].reason and j.history[-2].reason.endswith("; requeued")
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    assert state(logic, job) == JobState.RUNNING and logic.jobs.get(job).attempt == 2
+    # A launch failure of the job's own making (a missing command) still fails it.
+    other = submit(logic, "k")
+    round_(logic)
+    node.heartbeat()
+    key = next(k for k in node.running() if k.job_id == other)
+    node.tasks[key] = ObservedTask(key, TaskPhase.EXITED, LAUNCH_FAILED, placement=node.tasks[key].placement,
+                                   message="launch failed: command not found: 'train'")
+    node.heartbeat()
+    assert state(logic, other) == JobState.FAILED

@@ -1,0 +1,83 @@
+"""Points below one CPU (profiler/subcore.py, issue 14): measured after the whole-CPU search
+when one CPU is already as fast as more, so that a loading-light job's profile (and so its
+demand) can be a fraction of a core where the share calls for it."""
+from __future__ import annotations
+
+import pytest
+
+from synergy.profiler.fill import complete_profile
+from synergy.profiler.live import LiveProfiler, Phase, ProfilingTerms, make_search
+from synergy.profiler.search import OptimisticSearch
+from synergy.profiler.subcore import SubCoreSearch
+from synergy.scheduler.profiles.format import SensitivityProfile
+
+
+def run(search, rate) -> list[tuple[float, float]]:
+    while (c := search.next_cpus()) is not None:
+        search.record(c, rate(c))
+    return search.points
+
+
+def light(c: float) -> float:
+    """Needs a tenth of a core: as fast at 0.25 CPUs as at 4."""
+    return 100.0 * min(1.0, c / 0.1)
+
+
+def half(c: float) -> float:
+    """Needs half a core."""
+    return 100.0 * min(1.0, c / 0.5)
+
+
+def heavy(c: float) -> float:
+    """Needs two cores."""
+    return 100.0 * min(1.0, c / 2.0)
+
+
+def test_a_light_job_is_measured_down_to_a_quarter_core():
+    points = run(SubCoreSearch(OptimisticSearch(4)), light)
+    assert [c for c, _ in points][:3] == [0.25, 0.5, 1]
+    entry = complete_profile(points, gpus=1, dataset_bytes=10**6, sample_bytes=1e3, storage_bytes_per_s=1e15,
+                             process_mem_gb=0.5, max_mem_gb=4.0, model="light", task="image")
+    prof = SensitivityProfile.from_dict("light", entry)
+    assert prof.cpus_per_gpu[0] == 0.25 and prof.best_case()[0] == 0.25
+
+
+def test_the_search_stops_below_where_the_job_slows_down():
+    points = run(SubCoreSearch(OptimisticSearch(4)), half)
+    assert [c for c, _ in points][:2] == [0.25, 0.5]  # 0.25 measured, slower: nothing below it
+    points = run(SubCoreSearch(OptimisticSearch(4)), heavy)
+    assert all(c >= 1 for c, _ in points)  # one CPU is slower than two: no point below it
+
+
+def test_without_sub_core_the_search_is_the_whole_cpu_one():
+    terms = ProfilingTerms("synergy", 4, "image", 1, 4.0)
+    assert isinstance(make_search(terms), OptimisticSearch)
+    assert isinstance(make_search(ProfilingTerms("synergy", 4, "image", 1, 4.0, sub_core=True)), SubCoreSearch)
+
+
+def test_bad_points_are_refused():
+    s = SubCoreSearch(OptimisticSearch(2))
+    with pytest.raises(ValueError, match="not a point below one CPU"):
+        s.record(0.3, 1.0)
+    s.record(0.5, 1.0)
+    with pytest.raises(ValueError, match="not a point below one CPU"):
+        s.record(0.5, 1.0)
+    with pytest.raises(ValueError, match="finite"):
+        s.record(0.25, float("nan"))
+
+
+def test_the_live_driver_waits_for_a_quarter_core_in_force():
+    """The agent reports a fraction of a core as `cpus` 0.25 on one shared core."""
+    terms = ProfilingTerms("synergy", 2, "image", 1, 4.0, sub_core=True)
+    p = LiveProfiler(terms, samples_per_batch=10, warmup=1, measure=2)
+    t = 0.0
+    while not p.done:
+        want = p.want
+        cores = max(1, int(-(-want // 1)))
+        assert p.on_batch(t, 0.0, 0) is None  # not in force yet: keep waiting
+        workers = p.on_batch(t, want, cores)
+        assert p.phase == Phase.MEASURE and workers == max(0, int(want) - 1)
+        while p.phase == Phase.MEASURE and p.want == want:
+            t += 10.0 / light(want)  # a batch of 10 samples at the light job's rate
+            p.on_batch(t, want, cores)
+    assert [c for c, _ in p.result()][:2] == [0.25, 0.5]

@@ -1,0 +1,139 @@
+"""No churn (issue 14): a round takes back or moves a running job only for a reason it can name.
+
+The cases the issue lists, in the pure core: a cancelled neighbour does not move the job on
+the other node, a lone job is not moved between empty nodes, a burst of arrivals neither
+preempts nor moves placed jobs under FIFO, a round with nothing new changes nothing, and
+every move left has its reason in `RoundOutput.moves`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from profiles_for_tests import make_profile
+from synergy.scheduler.core import Scheduler
+from synergy.scheduler.mechanisms.proportional import Proportional
+from synergy.scheduler.mechanisms.tune import Tune
+from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources, RoundInput, Server
+from synergy.scheduler.placement.migration import count_migrations, migrated, relabelled
+from synergy.scheduler.policies.fifo import Fifo
+from test_core_properties import MECHANISMS, SETTINGS, assert_not_overcommitted, scenarios
+
+LIGHT = make_profile("light", cpu_need=1.0, dataset_gb=0.0, fetch=1.0)
+#: GREEDY asks for best-case demands, which these small nodes cannot hold.
+TWO = [Proportional(), Tune()]
+
+
+def where(allocs: dict[int, Allocation]) -> dict[int, list[str]]:
+    return {j: sorted(p.server_id for p in a.placements) for j, a in allocs.items()}
+
+
+@pytest.mark.parametrize("mech", TWO, ids=lambda m: m.name)
+def test_cancelling_a_neighbour_does_not_move_the_job_on_the_other_node(mech):
+    """Two identical 2-GPU nodes: A and B land on s0, C on s1. A ends; best fit alone would
+    put B and C together on s0 (relabelling cannot help: no renaming keeps both), and C
+    would be stopped and restarted for nothing."""
+    c = Cluster.homogeneous(2, gpus=2, cpus=4, mem_gb=16)
+    a, b, cj = (Job(i, "light", 1, float(i), 1e6, LIGHT) for i in (1, 2, 3))
+    first = Scheduler(Fifo(), mech).schedule(RoundInput(0.0, c, [a, b, cj])).allocations
+    assert where(first) == {1: ["s0"], 2: ["s0"], 3: ["s1"]}
+    previous = {j: first[j] for j in (2, 3)}
+    out = Scheduler(Fifo(), mech).schedule(RoundInput(10.0, c, [b, cj], previous))
+    assert where(out.allocations) == {2: ["s0"], 3: ["s1"]}
+    assert count_migrations(previous, out.allocations) == 0 and out.moves == {}
+    # Tesserae's relabelling alone (the behaviour before) moves C: the case is a real one.
+    plain = Scheduler(Fifo(), mech, relabel=relabelled).schedule(RoundInput(10.0, c, [b, cj], previous))
+    assert count_migrations(previous, plain.allocations) == 1
+
+
+@pytest.mark.parametrize("mech", TWO, ids=lambda m: m.name)
+def test_a_lone_job_is_not_moved_between_empty_nodes(mech):
+    """Nodes that differ a little (another agent's reserve) are not interchangeable, so
+    relabelling leaves them alone; best fit prefers the tighter one, but the job stays."""
+    c = Cluster((Server("s0", Resources(2, 4, 15.5)), Server("s1", Resources(2, 4, 16))))
+    job = Job(1, "light", 1, 0.0, 1e6, LIGHT)
+    first = Scheduler(Fifo(), mech).schedule(RoundInput(0.0, c, [job])).allocations
+    assert where(first) == {1: ["s0"]}
+    p = first[1].placements[0]
+    previous = {1: Allocation(1, (Placement("s1", p.gpus, p.cpus, p.mem_gb),))}
+    out = Scheduler(Fifo(), mech).schedule(RoundInput(10.0, c, [job], previous))
+    assert where(out.allocations) == {1: ["s1"]} and out.moves == {}
+    plain = Scheduler(Fifo(), mech, relabel=relabelled).schedule(RoundInput(10.0, c, [job], previous))
+    assert where(plain.allocations) == {1: ["s0"]}
+
+
+def test_a_move_names_the_job_that_took_its_room():
+    """Jobs 1 and 2 run alone on s0 and s1; a 2-GPU job comes first in the order and needs a
+    whole node: one of them moves beside the other, and the round says for whom."""
+    c = Cluster.homogeneous(2, gpus=2, cpus=4, mem_gb=16)
+    one = Job(1, "light", 1, 5.0, 1e6, LIGHT)
+    two = Job(2, "light", 1, 6.0, 1e6, LIGHT)
+    big = Job(3, "light", 2, 0.0, 1e6, LIGHT)  # arrived first: FIFO puts it ahead
+    previous = {1: Allocation(1, (Placement("s0", 1, 2.0, 8.0),)), 2: Allocation(2, (Placement("s1", 1, 2.0, 8.0),))}
+    out = Scheduler(Fifo(), Proportional()).schedule(RoundInput(10.0, c, [one, two, big], previous))
+    assert sorted(out.allocations) == [1, 2, 3]
+    moved = {j for j in (1, 2) if migrated(previous[j].placements, out.allocations[j].placements)}
+    assert len(moved) == 1 and set(out.moves) == moved
+    (j,) = moved
+    assert out.moves[j] == f"its GPUs on {previous[j].placements[0].server_id} went to job 3"
+
+
+def _rounds(cluster, jobs, seed):
+    rng = random.Random(seed)
+    early = [j for j in jobs if rng.random() < 0.5]
+    late = [dataclasses.replace(j, arrival_s=100.0 + j.id) for j in jobs if j not in early]
+    return early, late
+
+
+@SETTINGS
+@given(scenarios(), st.integers(0, 2**16))
+def test_a_burst_of_arrivals_preempts_no_placed_job(scenario, seed):
+    """FIFO: jobs arriving after round 1 come after every placed job in the order, so none
+    of those is taken back; a round with nothing new changes no placement; every move left
+    is named in `moves`, and there are never more than relabelling alone makes."""
+    cluster, jobs = scenario
+    early, late = _rounds(cluster, jobs, seed)
+    for mech in MECHANISMS:
+        sched = Scheduler(Fifo(), mech)
+        first = sched.schedule(RoundInput(0.0, cluster, early)).allocations
+        again = sched.schedule(RoundInput(300.0, cluster, early, first))
+        assert {j: migrated(first[j].placements, a.placements) for j, a in again.allocations.items()} == {
+            j: False for j in first}
+        inp = RoundInput(300.0, cluster, early + late, first)
+        out = sched.schedule(inp)
+        assert_not_overcommitted(cluster, out)
+        assert set(first) <= set(out.allocations), f"{mech.name}: a burst preempted placed jobs"
+        moved = {j for j in first if migrated(first[j].placements, out.allocations[j].placements)}
+        assert set(out.moves) == moved
+        plain = Scheduler(Fifo(), mech, relabel=relabelled).schedule(inp)
+        assert len(moved) <= count_migrations(first, plain.allocations)
+        for j, a in out.allocations.items():  # the layout changed, never what a job holds
+            assert a.total == plain.allocations[j].total
+
+
+@SETTINGS
+@given(scenarios(), st.integers(0, 2**16))
+def test_keeping_jobs_in_place_does_not_depend_on_server_names(scenario, seed):
+    """`stay_put` orders by the cluster and by `previous`, never by name: the round after a
+    burst decides the same on the cluster with its servers renamed."""
+    from test_core_properties import renamed as renamed_cluster
+
+    cluster, jobs = scenario
+    early, late = _rounds(cluster, jobs, seed)
+    other, old_name = renamed_cluster(cluster, random.Random(seed))
+    new_name = {v: k for k, v in old_name.items()}
+
+    def rename(allocs, names):
+        return {j: dataclasses.replace(a, placements=tuple(dataclasses.replace(p, server_id=names[p.server_id])
+                                                           for p in a.placements)) for j, a in allocs.items()}
+
+    for mech in MECHANISMS:
+        sched = Scheduler(Fifo(), mech)
+        first = sched.schedule(RoundInput(0.0, cluster, early)).allocations
+        out = sched.schedule(RoundInput(300.0, cluster, early + late, first)).allocations
+        there = sched.schedule(RoundInput(300.0, other, early + late, rename(first, new_name))).allocations
+        assert rename(there, old_name) == out

@@ -1,0 +1,81 @@
+"""Where profiling leases go (placement/profiling.py, issue 14): only in free room, spread
+over the nodes, a node's free CPUs split between the leases placed on it together."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synergy.scheduler.model import EPS, Cluster, Resources, Server
+from synergy.scheduler.placement.profiling import MAX_PROFILE_CPUS, ProfilingAsk, place_leases
+
+
+def test_two_asks_on_a_two_cpu_node_profile_side_by_side():
+    """Before: the first lease took the node's two CPUs and the second waited for it."""
+    c = Cluster((Server("n0", Resources(4, 2, 8)),))
+    leases = place_leases([ProfilingAsk(1, 1), ProfilingAsk(2, 1), ProfilingAsk(3, 1)], c, {})
+    assert sorted(leases) == [1, 2]  # a third would get less than one CPU
+    assert all(p.server_id == "n0" and p.cpus == 1.0 and p.mem_gb == 4.0 for p in leases.values())
+
+
+def test_leases_take_only_what_work_does_not_hold():
+    c = Cluster((Server("n0", Resources(4, 8, 64)), Server("n1", Resources(4, 8, 64))))
+    held = {"n0": Resources(3, 7.5, 60), "n1": Resources(4, 0, 0)}
+    assert place_leases([ProfilingAsk(1, 1)], c, held) == {}  # n0: half a CPU free; n1: no GPU
+    held = {"n0": Resources(2, 5, 60)}
+    (lease,) = place_leases([ProfilingAsk(1, 1)], c, held).values()
+    assert lease.server_id == "n1" and lease.cpus == 8  # the most CPUs
+    assert place_leases([ProfilingAsk(1, 1)], c, held, max_cpus=4)[1].cpus == 4
+
+
+def test_asks_spread_over_nodes_before_sharing_one():
+    c = Cluster(tuple(Server(f"n{i}", Resources(2, 4, 16)) for i in range(3)))
+    leases = place_leases([ProfilingAsk(i, 1) for i in range(3)], c, {})
+    assert sorted(p.server_id for p in leases.values()) == ["n0", "n1", "n2"]
+    assert all(p.cpus == 4 for p in leases.values())
+
+
+def test_gpu_types_are_respected():
+    c = Cluster((Server("a", Resources(1, 8, 8), gpu_type="T4"), Server("b", Resources(1, 2, 8), gpu_type="V100")))
+    assert place_leases([ProfilingAsk(1, 1, frozenset({"V100"}))], c, {})[1].server_id == "b"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 8), st.integers(0, 16), st.integers(0, 64)), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 8), st.integers(0, 16), st.integers(0, 64)), max_size=4),
+    st.lists(st.integers(1, 4), max_size=8),
+)
+def test_leases_never_overcommit_a_node(caps, helds, asks):
+    c = Cluster(tuple(Server(f"n{i}", Resources(*cap)) for i, cap in enumerate(caps)))
+    held = {f"n{i}": Resources(*(min(h, cap) for h, cap in zip(hh, caps[i]))) for i, hh in enumerate(helds)
+            if i < len(caps)}
+    leases = place_leases([ProfilingAsk(i, g) for i, g in enumerate(asks)], c, held)
+    for s in c.servers:
+        total = held.get(s.id, Resources())
+        for p in leases.values():
+            if p.server_id == s.id:
+                total = total + p.resources
+                assert 1 <= p.cpus <= MAX_PROFILE_CPUS and p.cpus == int(p.cpus) and p.mem_gb > 0
+        assert total.fits_in(s.capacity), (s, total)
+    # Nothing left waiting that would have fitted alone on some node.
+    for i, g in enumerate(asks):
+        if i in leases:
+            continue
+        for s in c.servers:
+            room = s.capacity - held.get(s.id, Resources())
+            for p in leases.values():
+                if p.server_id == s.id:
+                    room = room - p.resources
+            assert not (room.gpus + EPS >= g and room.cpus >= 1 - EPS and room.mem_gb > 1e-3), (i, s, room)
+
+
+def test_leases_leave_room_for_jobs_already_queued():
+    """A profiled job waiting for the next round keeps its proportional share: a later
+    arrival's lease takes only what is left (before, leases took every free CPU and the
+    queue waited for the profiling to end)."""
+    c = Cluster((Server("n0", Resources(4, 2, 8)),))
+    share = c.proportional_share(1)  # half a CPU, 2 GB
+    leases = place_leases([ProfilingAsk(1, 1), ProfilingAsk(2, 1)], c, {}, queued=[share, share])
+    assert sorted(leases) == [1]  # 2 CPUs - 2 x 0.5 queued = 1 CPU: one lease
+    assert leases[1].cpus == 1 and leases[1].mem_gb == 4.0
+    assert place_leases([ProfilingAsk(1, 1)], c, {}, queued=[share] * 4) == {}  # every GPU is spoken for
