@@ -15,12 +15,12 @@ import threading
 from dataclasses import dataclass
 from typing import Sequence
 
-from synergy.scheduler.daemon.auth import AuthInterceptor
+from synergy.scheduler.daemon.auth import AuthGuard
 from synergy.scheduler.daemon.clock import Clock, SystemClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.decider import from_env as decider_from_env
-from synergy.scheduler.daemon.decoding import StrictDecoding
+from synergy.scheduler.daemon.decoding import strict_decoding
 from synergy.scheduler.daemon.events import EventLoop, PeriodicEvent, ProgressFlushEvent, refresh_gauges
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.leases import LeaseBook
@@ -131,14 +131,14 @@ class App:
         self.jobs, self.reconciler, self.nodes = logic.jobs, logic.reconciler, logic.nodes
         self.leases, self.rounds, self.profiling = logic.leases, logic.rounds, logic.profiling
         logic.recover()
-        auth = AuthInterceptor(
+        auth = AuthGuard(
             admin_token, cluster_token, ctx.job_tokens, ctx.metrics, self.log, agent_mtls=cfg.tls_client_ca is not None
         )
         self.loop = LoopThread()
         self.servers = servers = self.loop.run(
             build(
                 cfg,
-                [auth, StrictDecoding()],
+                [auth, strict_decoding],
                 AdminServicer(ctx, self.jobs, self.nodes, self.rounds, self.started_at),
                 JobServicer(ctx, self.leases),
                 NodeServicer(ctx, self.nodes),

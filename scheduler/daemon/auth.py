@@ -1,4 +1,4 @@
-"""Authentication as a gRPC server interceptor: which token may call which service.
+"""Authentication, a guard on every method handler: which token may call which service.
 
 * AdminService: the admin token (CLI);
 * NodeService: the cluster token (agents), plus a verified client certificate when the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import grpc
 
@@ -46,30 +46,11 @@ def caller_job(context: grpc.ServicerContext, job_tokens: Mapping[str, int]) -> 
     return job_tokens[token_digest(token or "")]
 
 
-def _deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-    async def abort(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(code, message)
+class AuthGuard:
+    """Wraps each method handler of the three services, once, when the server registers it
+    (server.Guard): a per-call interceptor cost a coroutine chain and a fresh handler on
+    every one of a thousand renewals a second."""
 
-    return grpc.unary_unary_rpc_method_handler(abort)
-
-
-def _require_peer_cert(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    inner = handler.unary_unary
-
-    async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        if not context.auth_context().get("x509_pem_cert"):
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "agents must connect with a client certificate (mutual TLS, the agent port)",
-            )
-        return await inner(request, context)
-
-    return grpc.unary_unary_rpc_method_handler(
-        checked, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
-    )
-
-
-class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(
         self,
         admin_token: str,
@@ -96,28 +77,53 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return JOB
         return None
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        service, _, name = details.method.lstrip("/").partition("/")
+    def __call__(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        service, _, name = method.lstrip("/").partition("/")
         role = ROLES.get(service)
         if role is None:
-            return await continuation(details)
-        token = bearer_token(details.invocation_metadata)
-        who = self.identify(token) if token else None
-        if who != role:
-            if who is None:
-                code = grpc.StatusCode.UNAUTHENTICATED
-                message = "missing 'authorization: Bearer <token>' metadata" if not token else "invalid token"
-            else:
-                code = grpc.StatusCode.PERMISSION_DENIED
-                message = f"{WHO[who]} may not call {service.split('.')[-1]} (it needs {WHO[role]})"
-            self._metrics.rpc_errors.labels(name, code.name).inc()
-            event(self._log, "rpc.denied", logging.WARNING, method=name, code=code.name, presented=who or "none")
-            return _deny(code, message)
-        handler = await continuation(details)
-        if role == CLUSTER and self._agent_mtls and handler is not None:
-            return _require_peer_cert(handler)
-        return handler
+            return handler
+        peer_cert = role == CLUSTER and self._agent_mtls
+
+        async def check(context: grpc.aio.ServicerContext) -> None:
+            token = bearer_token(context.invocation_metadata())
+            who = self.identify(token) if token else None
+            if who != role:
+                if who is None:
+                    code = grpc.StatusCode.UNAUTHENTICATED
+                    message = "missing 'authorization: Bearer <token>' metadata" if not token else "invalid token"
+                else:
+                    code = grpc.StatusCode.PERMISSION_DENIED
+                    message = f"{WHO[who]} may not call {service.split('.')[-1]} (it needs {WHO[role]})"
+                self._metrics.rpc_errors.labels(name, code.name).inc()
+                event(self._log, "rpc.denied", logging.WARNING, method=name, code=code.name, presented=who or "none")
+                await context.abort(code, message)
+            if peer_cert and not context.auth_context().get("x509_pem_cert"):
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "agents must connect with a client certificate (mutual TLS, the agent port)",
+                )
+
+        if handler.unary_stream is not None:
+            stream = handler.unary_stream
+
+            async def checked_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await check(context)
+                async for item in stream(request, context):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                checked_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        inner = handler.unary_unary
+        if inner is None:
+            raise TypeError(f"{method}: only unary-unary and unary-stream methods are guarded")
+
+        async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await check(context)
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            checked, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )

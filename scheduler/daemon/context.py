@@ -40,7 +40,7 @@ class DaemonContext:
     live: LiveState = field(default_factory=LiveState)
     lock: threading.RLock = field(default_factory=threading.RLock)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger(LOGGER))
-    #: sha256(job token) -> job id, so the auth interceptor can check tokens without the lock.
+    #: sha256(job token) -> job id, so the auth guard can check tokens without the lock.
     job_tokens: dict[str, int] = field(default_factory=dict)
     #: When this daemon process took over the state (what it launched before is unknown).
     started_at: float = 0.0

@@ -1,9 +1,13 @@
-"""The gRPC server: services, auth interceptor, health checking, reflection, TLS, ports.
+"""The gRPC server: services, auth and decoding guards, health checking, reflection, TLS, ports.
 
 It is a grpc.aio server on an event loop of its own thread. The synchronous server hands
 every call from its polling thread to a worker thread and back; under a thousand renewals
 a second those hand-offs, all contending for the GIL, were most of the latency. On one
 loop a call costs its handler and the (de)serialisation, nothing more.
+
+Auth and strict decoding wrap each method's handler once, at registration (`Guard`), rather
+than as grpc.aio interceptors: an interceptor runs a coroutine chain and builds a handler on
+every call, about 7% of the daemon's CPU under a thousand renewals a second.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ import threading
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import grpc
+import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -27,6 +32,8 @@ SERVICE_NAMES = tuple(
     for m, n in ((admin_pb2, "AdminService"), (job_pb2, "JobService"), (node_pb2, "NodeService"))
 )
 T = TypeVar("T")
+#: Wraps one method's handler (full method name "/package.Service/Method") at registration.
+Guard = Callable[[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler]
 
 
 class BindError(RuntimeError):
@@ -36,12 +43,14 @@ class BindError(RuntimeError):
 class LoopThread:
     """An asyncio event loop running on a daemon thread; `run` executes a coroutine on it.
 
+    The loop is uvloop's (libuv): grpc.aio supports it, and its scheduling costs less CPU
+    per call than asyncio's selector loop (about 5% of the daemon's CPU under load).
     Its default executor is one thread: a handler that finds the state lock taken waits
     for it there, so that waiting for the lock never stalls the loop (servicers/base.py).
     """
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = uvloop.new_event_loop()
         self._handlers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpc-handlers")
         self.loop.set_default_executor(self._handlers)
         self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-loop", daemon=True)
@@ -56,6 +65,27 @@ class LoopThread:
         if not self._thread.is_alive():
             self.loop.close()
         self._handlers.shutdown(wait=False)
+
+
+class _Guarded:
+    """Stands in for the server while a generated `add_*Servicer_to_server` registers its
+    service: each method handler goes to the server wrapped by the guards (first = outermost)."""
+
+    def __init__(self, server: grpc.aio.Server, guards: Sequence[Guard]) -> None:
+        self._server = server
+        self._guards = guards
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        """Ignored: `add_registered_method_handlers` registers the guarded handlers both ways."""
+
+    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler]) -> None:
+        guarded = {}
+        for name, handler in handlers.items():
+            for guard in reversed(self._guards):
+                handler = guard(f"/{service}/{name}", handler)
+            guarded[name] = handler
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, guarded),))
+        self._server.add_registered_method_handlers(service, guarded)
 
 
 @dataclass
@@ -73,7 +103,7 @@ class Servers:
 
 async def build(
     config: DaemonConfig,
-    interceptors: Sequence[grpc.aio.ServerInterceptor],
+    guards: Sequence[Guard],
     admin: admin_pb2_grpc.AdminServiceServicer,
     jobs: job_pb2_grpc.JobServiceServicer,
     nodes: node_pb2_grpc.NodeServiceServicer,
@@ -81,7 +111,6 @@ async def build(
     """Create and bind (not start) the server; must run on the loop that will serve it."""
     limit = int(config.max_message_mb * 1024 * 1024)
     server = grpc.aio.server(
-        interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -89,9 +118,10 @@ async def build(
         ],
         maximum_concurrent_rpcs=8192,
     )
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
-    job_pb2_grpc.add_JobServiceServicer_to_server(jobs, server)
-    node_pb2_grpc.add_NodeServiceServicer_to_server(nodes, server)
+    guarded: Any = _Guarded(server, guards)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, guarded)
+    job_pb2_grpc.add_JobServiceServicer_to_server(jobs, guarded)
+    node_pb2_grpc.add_NodeServiceServicer_to_server(nodes, guarded)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

@@ -85,6 +85,21 @@ def test_a_token_of_the_wrong_kind_is_permission_denied(daemon: DaemonProcess, n
     assert code == grpc.StatusCode.PERMISSION_DENIED
 
 
+def test_streaming_admin_calls_check_the_token_before_sending_anything(daemon: DaemonProcess) -> None:
+    """Auth wraps every handler kind, server-streaming ones (backup, logs) included."""
+    for token, expected in (("not-the-token", grpc.StatusCode.UNAUTHENTICATED),
+                            (daemon.cluster_token, grpc.StatusCode.PERMISSION_DENIED)):
+        a = Admin(daemon.address, token)
+        code, _ = code_of(lambda *args, **kw: list(a.stub.BackupDatabase(*args, **kw)),
+                          admin_pb2.BackupDatabaseRequest(), metadata=a.md)
+        assert code == expected
+        a.close()
+    a = daemon.admin()
+    assert len(b"".join(c.data for c in a.stub.BackupDatabase(admin_pb2.BackupDatabaseRequest(), metadata=a.md,
+                                                                timeout=10))) > 0
+    a.close()
+
+
 def test_a_job_can_renew_only_its_own_lease(daemon: DaemonProcess, admin: Admin, node) -> None:
     cluster = md(daemon.cluster_token)
     node.RegisterNode(

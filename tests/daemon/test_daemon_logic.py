@@ -16,7 +16,7 @@ from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.profiles import ProfileBook
 from synergy.scheduler.daemon.reconciler import InstructionKind
 from synergy.scheduler.daemon.records import JobSpec, JobState, NodeRecord
-from synergy.scheduler.daemon.store import MemoryStore
+from synergy.scheduler.daemon.store import MemoryStore, SqliteStore
 from synergy.scheduler.model import Resources
 
 
@@ -326,3 +326,27 @@ def test_a_profiling_hold_leaves_the_proportional_share_and_places_nothing_witho
         assert p.cpus > 0 and p.mem_gb > 0, p
     assert held.server_id not in {p.server_id for p in logic.jobs.get(queued).placements}
     a.heartbeat(), b.heartbeat()
+
+
+def test_renewals_that_change_nothing_never_write_the_database(tmp_path: Path) -> None:
+    """A thousand renewals a second must cost no SQLite write; agreeing a stop step must."""
+    config = DaemonConfig(state_dir=tmp_path, round_s=10, lease_grace_s=5, launch_timeout_s=20, stop_timeout_s=15)
+    store = SqliteStore(tmp_path / "synergyd.sqlite")
+    logic = Logic.build(DaemonContext(config, ManualClock(), store, ProfileBook({})))
+    node = SimNode(logic, "n")
+    job = submit(logic, "j")
+    round_(logic)
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    before = store._db.total_changes
+    for step in range(1, 201):
+        clock(logic).advance(0.5)
+        assert logic.leases.renew(job, job, 1, 0, step, 320, 10).action == LeaseAction.CONTINUE
+    assert store._db.total_changes == before
+    with logic.ctx.lock:
+        j = logic.jobs.get(job)
+        logic.ctx.save_jobs([(j, logic.jobs.request_stop(j, "test"))])
+    written = store._db.total_changes
+    assert logic.leases.renew(job, job, 1, 0, 201, 320, 10).action == LeaseAction.STOP
+    assert store._db.total_changes > written  # the stop step is committed before it is told
+    store.close()
