@@ -195,6 +195,7 @@ class Supervisor:
         daemon_address: str,
         tls_ca: str = "",
         clock: Callable[[], float] = time.monotonic,
+        pids_max: int = 0,
     ) -> None:
         self.node_id = node_id
         self.cores = tuple(cores)
@@ -211,8 +212,13 @@ class Supervisor:
         self.daemon_address = daemon_address
         self.tls_ca = tls_ca
         self.clock = clock
+        #: each task's `pids.max` (0: no limit)
+        self.pids_max = pids_max
         self.tasks: dict[TaskKey, Task] = {}
         self.counts = TaskCounts()
+        #: the state file was read into `tasks` (load); re-adoption checks them (readopt)
+        self._loaded = False
+        self._kill_at_unix: dict[TaskKey, float] = {}
 
     # -- what is taken --------------------------------------------------------------------------
     def _held(self, exclude: TaskKey | None = None) -> tuple[list[CoreGrant], set[int], float]:
@@ -230,7 +236,7 @@ class Supervisor:
         quota = share.cpus
         if throttle_level > 0 and via == "quota":  # a throttled task keeps its cores, with a fraction of their time
             quota = (share.cpus or len(cores)) / 2**throttle_level
-        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota)
+        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota, pids_max=self.pids_max)
 
     def set_throttle(self, key: TaskKey, level: int, via: str = "quota") -> bool:
         """Record the contention eliminator's throttle level; with `via="quota"` apply it to the CPU quota.
@@ -594,14 +600,16 @@ class Supervisor:
             event(self.log, "agent.state_not_saved", level=logging.ERROR, path=str(self.state_path),
                   reason=exc.strerror)
 
-    def readopt(self) -> None:
-        """Take over the tasks a previous agent instance left running (call before registering).
+    def load(self) -> None:
+        """Read the state file into `tasks`, as recorded, touching nothing (no process, no group).
 
-        A task is re-adopted when its job process and its shim are the very processes the
-        state file names (pid and start time) and the job is still in its cgroup; one whose
-        exit the shim recorded meanwhile is reported with that code; anything else (and any
-        task group of ours the state file does not know) is killed and reported lost.
+        What the agent reports in `RegisterNode` before the daemon accepted it as the node's
+        agent: until then it must not act on the node (a refused duplicate would otherwise
+        kill the live agent's tasks). `readopt` checks them once it has been accepted.
         """
+        if self._loaded:
+            return
+        self._loaded = True
         records, problem = state.load(self.state_path, self.node_id)
         if problem:
             event(self.log, "agent.state_unreadable", level=logging.WARNING, reason=problem)
@@ -612,11 +620,26 @@ class Supervisor:
                 event(self.log, "agent.state_bad_record", level=logging.WARNING, reason=repr(exc))
                 continue
             self.tasks[task.key] = task
-            if not task.alive:
-                continue
             kill_at = r.get("kill_at_unix")
             if task.phase == Phase.STOPPING and kill_at is not None:
-                task.kill_at = self.clock() + max(0.0, float(kill_at) - time.time())
+                self._kill_at_unix[task.key] = float(kill_at)
+
+    def readopt(self) -> None:
+        """Take over the tasks a previous agent instance left running (once the daemon accepted
+        this agent as the node's instance; `load` reads them first, without acting).
+
+        A task is re-adopted when its job process and its shim are the very processes the
+        state file names (pid and start time) and the job is still in its cgroup; one whose
+        exit the shim recorded meanwhile is reported with that code; anything else (and any
+        task group of ours the state file does not know) is killed and reported lost.
+        """
+        self.load()
+        for task in list(self.tasks.values()):
+            if not task.alive:
+                continue
+            kill_at = self._kill_at_unix.pop(task.key, None)
+            if kill_at is not None:
+                task.kill_at = self.clock() + max(0.0, kill_at - time.time())
             code = state.read_exit(self._exit_path(task))
             if code is not None:
                 self._exited(task, code)
@@ -644,6 +667,38 @@ class Supervisor:
                         lost="its cgroup was found without a state record (found at agent restart)", adopted=True)
             self.tasks[key] = task
             self._exited(task, EXIT_LOST)
+        self.save()
+
+    def fit_to_slice(self, grace_s: float) -> None:
+        """Move re-adopted tasks whose cores left the agent's slice (`--cpus` changed across a
+        restart) onto cores of the new slice, as a resize would; a task that no longer fits
+        is stopped (SIGTERM, SIGKILL after `grace_s`: it may checkpoint and be requeued) and
+        meanwhile confined to the slice's cores. Afterwards no task group holds a core outside
+        the slice, so the node group can be narrowed to it (`Cgroups.confine`)."""
+        inside = set(self.cores)
+        for task in list(self.tasks.values()):
+            if not task.alive or set(task.cores) <= inside:
+                continue
+            old = format_cpu_list(task.cores)
+            held = [t.grant for t in self.tasks.values()
+                    if t.alive and t.key != task.key and set(t.cores) <= inside]
+            try:
+                grant = choose_cores(task.share.cpus, self.cores, held)
+            except CoreError as exc:
+                self.stop(task.key, grace_s, f"the agent's --cpus changed and the task no longer fits: {exc}")
+                grant = CoreGrant(tuple(self.cores))
+            try:
+                self.cgroups.apply(task.cgroup, self._limits(task.share, grant.cores, task.throttle_level,
+                                                             task.throttle_via))
+            except CgroupError as exc:
+                event(self.log, "task.move_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
+                continue
+            if self.cgroups.kind == "none":
+                _pin_tree(task.pid, grant.cores)
+            task.grant = grant
+            event(self.log, "task.moved", level=logging.WARNING, task=str(task.key), cores=f"{old}->"
+                  f"{format_cpu_list(grant.cores)}", stopping=task.phase == Phase.STOPPING,
+                  reason="the agent's --cpus changed across its restart")
         self.save()
 
     # -- bookkeeping ----------------------------------------------------------------------------
