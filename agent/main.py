@@ -34,6 +34,7 @@ from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.report import node_telemetry_extras, pct
 from synergy.agent.tasks import Supervisor, TaskKey
+from synergy.agent.workdir import work_dir_problem
 from synergy.agent.telemetry import NodeSample, Sampler
 from synergy.scheduler.daemon.logs import configure, event
 from synergy.v1 import common_pb2, node_pb2
@@ -109,6 +110,8 @@ class Agent:
             daemon_address=cfg.job_daemon_address,
             tls_ca=cfg.tls_ca,
             pids_max=cfg.task_pids_max,
+            log_max_bytes=cfg.task_log_max_bytes,
+            log_keep=cfg.task_log_files,
         )
         self.supervisor.load()  # reported in RegisterNode as recorded; checked by readopt once accepted
         resctrl = Resctrl()
@@ -132,6 +135,8 @@ class Agent:
         self.backoff = Backoff()
         #: the daemon's LogRequests from the last heartbeat reply (`synergy logs`)
         self.log_requests: list[node_pb2.LogRequest] = []
+        #: why the node takes no new tasks now ("" = it does), as last reported
+        self.not_ready = ""
         psutil.cpu_percent(percpu=True)  # primes the counters: the first sample is then meaningful
 
     def _calibrate(self) -> Calibration | None:
@@ -243,6 +248,15 @@ class Agent:
               memory_enforced=enforced, detail=self.cgroups.describe())
         return ok
 
+    def _not_ready_reason(self) -> str:
+        """Why the node must take no new tasks now (its work dir is full), logged when it changes."""
+        why = work_dir_problem(self.cfg.work_dir, self.cfg.work_dir_min_free_bytes)
+        if why != self.not_ready:
+            event(self.log, "agent.not_ready" if why else "agent.ready_again",
+                  level=logging.WARNING if why else logging.INFO, reason=why or self.not_ready)
+            self.not_ready = why
+        return why
+
     # -- one exchange ---------------------------------------------------------------------------
     def exchange(self) -> None:
         """Register (if needed) or heartbeat once, and apply the reply."""
@@ -274,6 +288,7 @@ class Agent:
             tasks=self._statuses(),
             instance_id=self.instance_id,
             log_chunks=logrelay.answer(self.log_requests, self._log_path),
+            not_ready_reason=self._not_ready_reason(),
         )
         self.log_requests = []
         try:

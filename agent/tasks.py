@@ -196,6 +196,8 @@ class Supervisor:
         tls_ca: str = "",
         clock: Callable[[], float] = time.monotonic,
         pids_max: int = 0,
+        log_max_bytes: int = 0,
+        log_keep: int = 1,
     ) -> None:
         self.node_id = node_id
         self.cores = tuple(cores)
@@ -214,6 +216,8 @@ class Supervisor:
         self.clock = clock
         #: each task's `pids.max` (0: no limit)
         self.pids_max = pids_max
+        #: each task's log cap (0: none) and how many rotated files it keeps (the shim rotates)
+        self.log_max_bytes, self.log_keep = log_max_bytes, log_keep
         self.tasks: dict[TaskKey, Task] = {}
         self.counts = TaskCounts()
         #: the state file was read into `tasks` (load); re-adoption checks them (readopt)
@@ -320,7 +324,8 @@ class Supervisor:
         try:
             task.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SHIM, str(exit_path), str(w), ",".join(map(str, task.cores)),
-                 ",".join(self.cgroups.join_files(task.cgroup)), exe, *spec.command],
+                 ",".join(self.cgroups.join_files(task.cgroup)), str(task.log_path), str(self.log_max_bytes),
+                 str(self.log_keep), exe, *spec.command],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -561,6 +566,9 @@ class Supervisor:
             task.message = f"stopped by the agent ({task.stop_reason}); exit code {code}"
         elif code not in (0, EXIT_RESTART):
             task.message = f"exit code {code}; last lines of {task.log_path}:\n{log_tail(task.log_path)}"
+        note = state.read_exit_note(self._exit_path(task))
+        if note:
+            task.message = f"{task.message}\n{note}" if task.message else note
         self._remove_cgroup(task)
         kind = ("lost" if task.lost else "oom" if oom else "stopped" if task.stop_reason else "ok" if code == 0
                 else "restart" if code == EXIT_RESTART else "failed")
@@ -707,6 +715,7 @@ class Supervisor:
         if task is not None and task.phase == Phase.EXITED and not task.cgroup_pending:
             del self.tasks[key]
             self._exit_path(task).unlink(missing_ok=True)
+            self._exit_path(task).with_name(f"{task.key}.exit.reserve").unlink(missing_ok=True)
             self.save()
 
     def shutdown(self, grace_s: float, stop_tasks: bool = True) -> None:

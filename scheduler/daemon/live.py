@@ -83,6 +83,9 @@ class NodeLive:
     lost: bool = False
     telemetry: dict[str, Any] = field(default_factory=dict)
     tasks: dict[TaskKey, ObservedTask] = field(default_factory=dict)
+    #: Why the agent says the node must take no new tasks now ("" = it can), e.g. a full
+    #: work dir: the node is then treated as cordoned, with this reason, until it clears.
+    not_ready: str = ""
 
 
 @dataclass

@@ -5,6 +5,7 @@ Each test reproduces one defect the adversarial run found and fails on the code 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from agent_harness import AgentProcess, alive, cpus_allowed, is_root_with_v1
 from synergyd_harness import DaemonProcess, wait_for
-from synergy.v1 import admin_pb2
+from synergy.v1 import admin_pb2, common_pb2
 
 pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cgroup v1 cpuset/memory/cpu "
                                 "(CI runs as root); the cgroup layer is unit-tested without")
@@ -33,9 +34,11 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., object]]:
         daemons.append(d)
         return d
 
-    def agent(d: DaemonProcess, node_id: str, *extra: str, work: str = "", start: bool = True,
+    def agent(d: DaemonProcess, node_id: str, *extra: str, work: str | Path = "", start: bool = True,
               fake_gpus: int = 2) -> AgentProcess:
         a = AgentProcess(d, tmp_path / (work or f"work-{node_id}"), node_id, *extra, fake_gpus=fake_gpus)
+        if isinstance(work, Path):  # a test's own mount: the harness's log goes beside it
+            a.log_path = tmp_path / f"agent-{node_id}.log"
         agents.append(a)
         return a.start() if start else a
 
@@ -203,3 +206,78 @@ def test_a_clean_stop_leaves_no_empty_parent_group(cluster: Callable[..., object
     a.stop()
     left = [c for c in ("cpuset", "memory", "cpu", "pids") if (V1 / c / a.cgroup_parent).exists()]
     assert not left, f"groups left under {a.cgroup_parent} in {left}"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 50 MB tmpfs, mounted for the test (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=50m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+FLOOD = ("import os, sys; print('PID', os.getpid(), flush=True)\n"
+         "line = 'x' * 1023 + '\\n'\n"
+         "for _ in range({n}):\n    sys.stdout.write(line)\n"
+         "sys.stdout.flush(); print('flood done', flush=True)\n")
+WAIT_FOR_GO = ("import os, pathlib, time; print('PID', os.getpid(), flush=True)\n"
+               "while not pathlib.Path('go').exists(): time.sleep(0.1)\n")
+
+
+def _node(d: DaemonProcess, node_id: str) -> admin_pb2.NodeInfo:
+    admin = d.admin()
+    try:
+        (node,) = [n for n in admin.ListNodes(admin_pb2.ListNodesRequest()).nodes if n.node_id == node_id]
+        return node
+    finally:
+        admin.close()
+
+
+def test_a_full_work_dir_is_no_black_hole(cluster: Callable[..., object], tmp_path: Path, small_disk: Path) -> None:
+    """Defect 3: a job printing 100 MB into a 50 MB work dir made it, its neighbour and every
+    later job end 'lost' (exit 255), the node still ready."""
+    d = cluster("daemon")
+    a = cluster("agent", d, "tiny", "--cpus", "0", "--memory", "1G", "--sample-interval-s", "0",
+                work=small_disk / "work")  # the default log cap (100M) is more than the disk
+    calm = _submit(d, "beside", tmp_path, code=WAIT_FOR_GO)
+    _wait_state(d, calm, "running")
+    flood = _submit(d, "flood", tmp_path, code=FLOOD.format(n=100 * 1024))
+    _wait_state(d, flood, "succeeded", timeout=120)  # its output was dropped, its exit kept
+    wait_for(lambda: "not ready: work dir" in _node(d, "tiny").state_reason, timeout=30,
+             what="the node to say its work dir is full")
+    assert _node(d, "tiny").state == common_pb2.NODE_STATE_CORDONED
+    later = _submit(d, "later", tmp_path)
+    (tmp_path / "go").write_text("")
+    _wait_state(d, calm, "succeeded")  # exited 0 beside a full disk: recorded as such
+    admin = d.admin()
+    try:
+        assert admin.state(later) == "queued"  # not sent to a node with no room
+    finally:
+        admin.close()
+    assert "lost" not in a.log_text()
+    (a.work_dir / "logs" / f"{flood}-1-0.log").unlink()  # room again: the node takes tasks again
+    _wait_state(d, later, "running")
+    assert _node(d, "tiny").state == common_pb2.NODE_STATE_READY
+
+
+def test_a_task_log_is_capped_and_rotated_with_a_line_saying_so(cluster: Callable[..., object],
+                                                                  tmp_path: Path) -> None:
+    """Defect 3: a task's log had no cap (it is rotated at --task-log-max, keeping --task-log-files)."""
+    d = cluster("daemon")
+    a = cluster("agent", d, "capped", "--cpus", "0", "--memory", "1G", "--sample-interval-s", "0",
+                "--task-log-max", "1M", "--task-log-files", "1")
+    job = _submit(d, "chatty", tmp_path, code=FLOOD.format(n=5 * 1024))
+    _wait_state(d, job, "succeeded", timeout=120)
+    log = a.work_dir / "logs" / f"{job}-1-0.log"
+    older = log.with_name(log.name + ".1")
+    assert log.stat().st_size <= 1024**2 and older.stat().st_size <= 1024**2
+    assert not log.with_name(log.name + ".2").exists()
+    text = log.read_text()
+    assert text.startswith("[synergy: log reached its cap of 1048576 bytes; earlier output in "), text[:200]
+    assert text.rstrip().endswith("flood done")
