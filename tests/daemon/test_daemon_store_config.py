@@ -160,3 +160,12 @@ def test_pairs_file_is_checked_at_start(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text('{"pairs": [{"models": ["a", "b"], "throughput": [0.7, 0.6]}]}')
     assert load_config([*state, "--pairs", str(good)]).pairs == good
+
+
+def test_a_new_attempt_does_not_show_the_last_attempts_exit_code() -> None:
+    """Issue 15 (6): `synergy describe` of a job that SUCCEEDED (ReportCompletion) after a drain
+    showed `exit code 75`, the drained attempt's."""
+    drained = a_job().to(JobState.PREEMPTED, "drained", 14, exit_code=75).to(JobState.QUEUED, "q", 15)
+    assert drained.exit_code == 75  # while it waits, the last exit is what there is to show
+    again = drained.to(JobState.RUNNING, "r", 16, placements=(Placement("n1", 2, 6.5, 40.0),), attempt=2)
+    assert again.to(JobState.SUCCEEDED, "training finished", 17).exit_code == 0
