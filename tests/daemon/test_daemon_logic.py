@@ -10,7 +10,7 @@ from synergy.scheduler.daemon.app import Logic
 from synergy.scheduler.daemon.clock import ManualClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
-from synergy.scheduler.daemon.errors import FailedPrecondition, PermissionDenied
+from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from synergy.scheduler.daemon.leases import LeaseAction
 from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.profiles import ProfileBook
@@ -326,3 +326,17 @@ def test_a_profiling_hold_leaves_the_proportional_share_and_places_nothing_witho
         assert p.cpus > 0 and p.mem_gb > 0, p
     assert held.server_id not in {p.server_id for p in logic.jobs.get(queued).placements}
     a.heartbeat(), b.heartbeat()
+
+
+def test_a_checkpoint_step_far_past_the_renewals_is_refused(logic: Logic) -> None:
+    """Issue 15 (6): ReportCheckpoint accepted step 99999 of a job that had renewed at step 100."""
+    node = SimNode(logic, "a", gpus=1)
+    job = submit(logic, "honest", gpus=1)
+    round_(logic)
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    logic.leases.renew(job, job, 1, 0, step=100, samples_per_s=10, steps_per_s=10)
+    with pytest.raises(InvalidArgument, match="^step: 99999 is past what job"):
+        logic.leases.report_checkpoint(job, job, 1, 99999, "/ckpt/forged")
+    assert logic.jobs.get(job).checkpoint_step == 0  # nothing changed
+    assert logic.leases.report_checkpoint(job, job, 1, 120, "/ckpt/ok") == 120  # a plausible one is kept
