@@ -36,6 +36,7 @@ from synergy.agent.report import node_telemetry_extras, pct
 from synergy.agent.tasks import Supervisor, TaskKey
 from synergy.agent.workdir import work_dir_problem
 from synergy.agent.telemetry import NodeSample, Sampler
+from synergy.scheduler.cli.connection import Target, tls_problem
 from synergy.scheduler.daemon.logs import configure, event
 from synergy.v1 import common_pb2, node_pb2
 
@@ -217,6 +218,15 @@ class Agent:
         task = self.supervisor.tasks.get(TaskKey.of(ref))
         return task.log_path if task is not None else None
 
+    def _why_unreachable(self, exc: grpc.RpcError) -> str:
+        """gRPC words a TLS mismatch like a daemon that is down: a handshake of our own says
+        which, in the CLI's words (`tls_problem`)."""
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            problem = tls_problem(Target(self.cfg.daemon, "--daemon", tls_ca=self.cfg.tls_ca), 2.0)
+            if problem is not None:
+                return problem.message
+        return exc.details() or ""
+
     # -- taking the node over -------------------------------------------------------------------
     def _take_over(self) -> bool:
         """Once the daemon accepted this agent as the node's instance: re-adopt (or report lost)
@@ -363,7 +373,8 @@ class Agent:
                         delay = self.backoff.next()
                         if self.backoff.attempt in (1, 5) or self.backoff.attempt % 20 == 0:
                             event(self.log, "agent.daemon_unreachable", level=logging.WARNING, daemon=cfg.daemon,
-                                  code=exc.code().name, retry_in_s=round(delay, 2), attempt=self.backoff.attempt)
+                                  code=exc.code().name, retry_in_s=round(delay, 2), attempt=self.backoff.attempt,
+                                  reason=self._why_unreachable(exc))
                         next_beat = time.monotonic() + delay
                 wake = min(next_beat, next_sample) if cfg.sample_interval_s > 0 else next_beat
                 deadline = self.supervisor.next_deadline()

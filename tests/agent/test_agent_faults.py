@@ -281,3 +281,23 @@ def test_a_task_log_is_capped_and_rotated_with_a_line_saying_so(cluster: Callabl
     text = log.read_text()
     assert text.startswith("[synergy: log reached its cap of 1048576 bytes; earlier output in "), text[:200]
     assert text.rstrip().endswith("flood done")
+
+
+def test_a_plaintext_agent_names_the_tls_problem(tmp_path: Path) -> None:
+    """Defect 7: a plaintext agent against a TLS synergyd logged `code=UNAVAILABLE` forever,
+    where the CLI says the daemon speaks TLS; the agent now says it the same way."""
+    from pki import make_pki
+
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_pki(pki)
+    d = DaemonProcess(tmp_path / "state", "--tls-cert", str(pki / "server.pem"), "--tls-key",
+                      str(pki / "server.key")).start()
+    a = AgentProcess(d, tmp_path / "work", "plain", "--cpus", "0", "--memory", "1G")
+    try:
+        a.proc = subprocess.Popen(a.argv(), stdout=subprocess.DEVNULL, stderr=open(a.log_path, "ab"))
+        wait_for(lambda: "agent.daemon_unreachable" in a.log_text(), timeout=30, what="the agent to retry")
+        assert f"synergyd at {d.address} speaks TLS: pass --tls-ca FILE" in a.log_text(), a.log_text()
+    finally:
+        a.stop()
+        d.kill()
