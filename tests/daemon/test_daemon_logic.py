@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,8 @@ def test_node_lost_requeues_its_jobs_and_comes_back(logic: Logic) -> None:
     assert state(logic, job) == JobState.QUEUED
     assert "node n lost" in logic.jobs.get(job).history[-2].reason
     assert logic.nodes.list()[0].state == "lost"
+    # issue 15 (7): the reason read "no heartbeat since 1795578374"; a person reads a UTC time
+    assert re.fullmatch(r"no heartbeat since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", logic.nodes.list()[0].reason)
     round_(logic)  # nowhere to go
     assert "no schedulable node" in logic.jobs.get(job).waiting_reason
     reply = node.heartbeat()  # back: the stale task is stopped, the node is ready
