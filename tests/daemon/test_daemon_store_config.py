@@ -151,6 +151,10 @@ def test_pairs_file_is_checked_at_start(tmp_path: Path) -> None:
     none.write_text('{"format": "synergy-profile/v1", "models": {}}')
     with pytest.raises(ConfigError, match=r"^--pairs .*none\.json: the file has no 'pairs' list"):
         load_config([*state, "--pairs", str(none)])
+    empty = tmp_path / "empty.json"  # issue 15 (7): an empty list was reported as missing
+    empty.write_text('{"format": "synergy-profile/v1", "models": {}, "pairs": []}')
+    with pytest.raises(ConfigError, match=r"^--pairs .*empty\.json: its 'pairs' list is empty"):
+        load_config([*state, "--pairs", str(empty)])
     bad = tmp_path / "bad.json"
     bad.write_text('{"pairs": [{"models": ["a", "b"], "throughput": [0.7, 2]}]}')
     with pytest.raises(ConfigError, match=r"^--pairs: .*bad\.json: pairs\[0\]"):
