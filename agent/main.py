@@ -26,13 +26,13 @@ from synergy.agent.bandwidth import Calibration, Resctrl, calibrate
 from synergy.agent.cgroups import Cgroups, CgroupError, detect
 from synergy.agent.contention import Policy
 from synergy.agent.eliminator import Eliminator
-from synergy.agent.client import Backoff, NodeClient, statuses
+from synergy.agent.client import Backoff, NodeClient
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
 from synergy.agent.gpus import GIB, Gpus, GpuTypeError, discover
 from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
-from synergy.agent.report import node_telemetry_extras, pct
+from synergy.agent.report import node_telemetry_extras, pct, statuses
 from synergy.agent.tasks import Supervisor, TaskKey
 from synergy.agent.workdir import work_dir_problem
 from synergy.agent.telemetry import NodeSample, Sampler
