@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from synergy.agent.bandwidth import SOURCE_ESTIMATE, SOURCE_MBM, Bandwidth
-from synergy.agent.tasks import Phase, Task
+from synergy.agent.task import Phase, Task
 from synergy.agent.telemetry import NodeSample, Pressure, TaskSample
 from synergy.v1 import common_pb2, node_pb2
 
