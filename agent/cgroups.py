@@ -27,6 +27,8 @@ from typing import Iterable
 from synergy.agent.cores import format_cpu_list
 
 CONTROLLERS = ("cpuset", "memory", "cpu")
+#: Used where offered (v1: mounted; v2: in cgroup.controllers): each task's `pids.max`.
+OPTIONAL_CONTROLLERS = ("pids",)
 #: memory.high as a fraction of memory.max (v2): reclaim pressure first, the OOM killer at the limit.
 MEMORY_HIGH_FRACTION = 0.95
 
@@ -56,6 +58,7 @@ class Limits:
     cores: tuple[int, ...]
     mem_bytes: int = 0  # 0 = no memory limit
     cpu_quota: float = 0.0  # CPUs of CPU time per period; 0 = no quota
+    pids_max: int = 0  # processes and threads; 0 = no limit (or no pids controller)
 
 
 def _write(path: Path, value: str) -> None:
@@ -123,8 +126,19 @@ class Cgroups:
     def describe(self) -> str:
         return f"no cgroups ({self.reason}): CPU affinity only, memory not enforced"
 
+    #: the task groups get a `pids.max` (the pids controller is there)
+    limits_pids = False
+
     def setup(self, cores: Iterable[int]) -> None:
-        """Create the agent's parent group, confined to the agent's cores."""
+        """Create the agent's parent group and let it use the agent's cores.
+
+        Only ever *widens* the node group's cpuset (a v1 parent cannot drop cores a child
+        still holds: EBUSY): a restarted agent whose `--cpus` changed first moves the tasks
+        it re-adopted into the new slice, then narrows the group with `confine`.
+        """
+
+    def confine(self, cores: Iterable[int]) -> None:
+        """Narrow the node group's cpuset to exactly the agent's cores (after `setup`)."""
 
     def create(self, name: str, limits: Limits) -> None:
         """Create the task's group with its limits (before the task starts)."""
@@ -275,6 +289,10 @@ class CgroupsV1(_TreeCgroups):
     kind = "v1"
     enforces_memory = True
 
+    def __init__(self, roots: dict[str, Path], parent: str) -> None:
+        super().__init__(roots, parent)
+        self.limits_pids = "pids" in roots
+
     def describe(self) -> str:
         where = ", ".join(f"{c}={self._dir(c)}" for c in CONTROLLERS)
         return f"cgroup v1 ({where})"
@@ -289,8 +307,12 @@ class CgroupsV1(_TreeCgroups):
                 _write(path / "cpuset.cpus", _read(path.parent / "cpuset.cpus").strip())
         node = self._dir("cpuset")
         _write(node / "cpuset.mems", mems)
-        _write(node / "cpuset.cpus", format_cpu_list(cores))
+        have = _parse_cpus(_read(node / "cpuset.cpus"))
+        _write(node / "cpuset.cpus", format_cpu_list(sorted(have | set(cores))))
         self.mems = mems
+
+    def confine(self, cores: Iterable[int]) -> None:
+        _write(self._dir("cpuset") / "cpuset.cpus", format_cpu_list(tuple(cores)))
 
     def create(self, name: str, limits: Limits) -> None:
         for d in self._dirs(name):
@@ -306,6 +328,8 @@ class CgroupsV1(_TreeCgroups):
         period = int(_read(cpu / "cpu.cfs_period_us").strip() or 100_000)
         quota = int(limits.cpu_quota * period) if limits.cpu_quota > 0 else -1
         _write(cpu / "cpu.cfs_quota_us", str(max(quota, 1000) if quota > 0 else -1))
+        if "pids" in self.roots:
+            _write(self._dir("pids", name) / "pids.max", str(limits.pids_max) if limits.pids_max else "max")
 
     def oom_kills(self, name: str) -> int:
         return _counter(_read(self._dir("memory", name) / "memory.oom_control"), "oom_kill")
@@ -326,9 +350,11 @@ class CgroupsV2(_TreeCgroups):
     kind = "v2"
     enforces_memory = True
 
-    def __init__(self, root: Path, parent: str) -> None:
+    def __init__(self, root: Path, parent: str, pids: bool = False) -> None:
         super().__init__({c: Path(root) for c in CONTROLLERS}, parent)
         self.root = Path(root)
+        self.controllers = CONTROLLERS + (("pids",) if pids else ())
+        self.limits_pids = pids
 
     def describe(self) -> str:
         return f"cgroup v2 ({self.root / self.parent})"
@@ -336,7 +362,7 @@ class CgroupsV2(_TreeCgroups):
     def _delegate(self, path: Path) -> None:
         """Enable our controllers for `path`'s children (only the ones missing)."""
         have = set(_read(path / "cgroup.subtree_control").split())
-        missing = [c for c in CONTROLLERS if c not in have]
+        missing = [c for c in self.controllers if c not in have]
         if missing:
             _write(path / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
 
@@ -347,7 +373,10 @@ class CgroupsV2(_TreeCgroups):
         for part in Path(self.parent).parts:
             path = path / part
             self._delegate(path)
-        _write(path / "cpuset.cpus", format_cpu_list(cores))
+        _write(path / "cpuset.cpus", format_cpu_list(cores))  # v2 never refuses a parent's narrowing
+
+    def confine(self, cores: Iterable[int]) -> None:
+        _write(self._dir("cpuset") / "cpuset.cpus", format_cpu_list(tuple(cores)))
 
     def create(self, name: str, limits: Limits) -> None:
         self._mkdir(self._dir("cpuset", name))
@@ -365,6 +394,8 @@ class CgroupsV2(_TreeCgroups):
         period = 100_000
         quota = max(int(limits.cpu_quota * period), 1000) if limits.cpu_quota > 0 else 0
         _write(d / "cpu.max", f"{quota if quota else 'max'} {period}")
+        if self.limits_pids:
+            _write(d / "pids.max", str(limits.pids_max) if limits.pids_max else "max")
 
     def oom_kills(self, name: str) -> int:
         return _counter(_read(self._dir("memory", name) / "memory.events"), "oom_kill")
@@ -405,28 +436,55 @@ def _mounts(mounts_path: str) -> list[tuple[str, str, set[str]]]:
     return out
 
 
-def detect(parent: str, cores: Iterable[int], mounts_path: str = "/proc/mounts", enabled: bool = True) -> Cgroups:
-    """The best driver this machine offers, already set up for `parent` (or the fallback)."""
+def _parse_cpus(text: str) -> set[int]:
+    """"0-2,5" -> {0, 1, 2, 5} (an empty or unreadable cpuset: none)."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out.update(range(int(lo), int(hi if hi.isdigit() else lo) + 1))
+    return out
+
+
+def detect(parent: str, cores: Iterable[int] = (), mounts_path: str = "/proc/mounts", enabled: bool = True,
+           setup: bool = True) -> Cgroups:
+    """The best driver this machine offers for `parent` (or the fallback).
+
+    With `setup` (tools, tests) it is set up at once, falling back to the next candidate and
+    finally to `Cgroups` when that fails. Without it nothing is written: the agent probes
+    before it registers (it must not touch a node's groups before the daemon accepts it as
+    that node's agent) and calls `setup` itself afterwards. A hierarchy this process may
+    not write (not root) is no candidate: that node has no cgroups, rather than broken ones.
+    """
     if not enabled:
         return Cgroups("disabled with --no-cgroups")
     cores = tuple(cores)
     mounts = _mounts(mounts_path)
-    v1 = {c: Path(point) for fs, point, opts in mounts if fs == "cgroup" for c in CONTROLLERS if c in opts}
+    wanted = CONTROLLERS + OPTIONAL_CONTROLLERS
+    v1 = {c: Path(point) for fs, point, opts in mounts if fs == "cgroup" for c in wanted if c in opts}
     reasons: list[str] = []
     candidates: list[_TreeCgroups] = []
     if all(c in v1 for c in CONTROLLERS):
-        candidates.append(CgroupsV1(v1, parent))
+        unwritable = [c for c in CONTROLLERS if not os.access(v1[c], os.W_OK)]
+        if unwritable:
+            reasons.append(f"cgroup v1: {', '.join(unwritable)} not writable by this user")
+        else:
+            candidates.append(CgroupsV1(v1, parent))
     else:
         reasons.append("cgroup v1: " + ", ".join(c for c in CONTROLLERS if c not in v1) + " not mounted")
     for fs, point, _ in mounts:
         if fs != "cgroup2":
             continue
         offered = set(_read(Path(point) / "cgroup.controllers").split())
-        if all(c in offered for c in CONTROLLERS):
-            candidates.append(CgroupsV2(Path(point), parent))
-        else:
+        if not all(c in offered for c in CONTROLLERS):
             lacking = ", ".join(c for c in CONTROLLERS if c not in offered)
             reasons.append(f"cgroup v2 at {point}: no {lacking} controller")
+        elif not os.access(point, os.W_OK):
+            reasons.append(f"cgroup v2 at {point}: not writable by this user")
+        else:
+            candidates.append(CgroupsV2(Path(point), parent, pids="pids" in offered))
+    if not setup:
+        return candidates[0] if candidates else Cgroups("; ".join(reasons) or "no cgroup filesystem mounted")
     for driver in candidates:
         try:
             driver.setup(cores)

@@ -27,6 +27,12 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNOREC
 _UNITS = {"": GIB, "k": 1024, "m": 1024**2, "g": GIB, "t": 1024**4}
 
 
+#: --task-pids-max's default: a DataLoader with many workers and their threads fits, a fork bomb does not.
+DEFAULT_TASK_PIDS_MAX = 4096
+DEFAULT_TASK_LOG_MAX_BYTES = 100 * 1024**2
+DEFAULT_WORK_DIR_MIN_FREE_BYTES = 256 * 1024**2
+
+
 class ConfigError(ValueError):
     """A flag value that cannot be used; the message starts with the flag."""
 
@@ -54,6 +60,16 @@ class AgentConfig:
     fake_gpus: int | None
     cgroup_parent: str
     use_cgroups: bool
+    #: start (and register "memory not enforced") even when the cgroups found cannot be set up
+    allow_unenforced: bool = False
+    #: the most processes and threads one task may have (cgroup pids controller; 0 = no limit)
+    task_pids_max: int = DEFAULT_TASK_PIDS_MAX
+    #: each task's log is rotated at this many bytes (0: never), keeping this many older files
+    task_log_max_bytes: int = DEFAULT_TASK_LOG_MAX_BYTES
+    task_log_files: int = 1
+    #: the node asks for no new tasks while its work dir has less free space than this
+    #: (at most a tenth of the work dir's filesystem)
+    work_dir_min_free_bytes: int = DEFAULT_WORK_DIR_MIN_FREE_BYTES
     #: --gpu-type: the node's GPU type ("" = NVML's; fake GPUs are then untyped).
     gpu_type: str = ""
     tls_ca: str = ""
@@ -118,6 +134,17 @@ def parser() -> argparse.ArgumentParser:
     a("--cgroup-parent", default="synergy", metavar="PATH", help="cgroup under which the agent creates its "
       "own group PATH/NODE_ID and one group per task (default: synergy)")
     a("--no-cgroups", action="store_true", help="do not use cgroups: CPU affinity only, memory not enforced")
+    a("--allow-unenforced", action="store_true", help="start even when the cgroups found cannot be set up "
+      "(the node then runs with CPU affinity only and shows 'memory not enforced'); without it the agent "
+      "refuses to start")
+    a("--task-pids-max", type=int, default=DEFAULT_TASK_PIDS_MAX, metavar="N", help="the most processes and "
+      f"threads one task may have (cgroup pids controller; 0: no limit; default: {DEFAULT_TASK_PIDS_MAX})")
+    a("--task-log-max", default="100M", metavar="SIZE", help="a task's log is rotated when it reaches SIZE "
+      "(LOG -> LOG.1, with a line saying so; 0: never) so a chatty job cannot fill the work dir (default: 100M)")
+    a("--task-log-files", type=int, default=1, metavar="N", help="rotated logs kept per task besides the "
+      "current one (0: drop the old output; default: 1)")
+    a("--work-dir-min-free", default="256M", metavar="SIZE", help="below this much free space in --work-dir "
+      "(capped at a tenth of its filesystem) the node takes no new tasks and shows why (default: 256M)")
     a("--tls-ca", metavar="FILE", help="CA certificate to verify synergyd's TLS certificate (enables TLS)")
     a("--tls-cert", metavar="FILE", help="client certificate for mutual TLS (with --tls-key)")
     a("--tls-key", metavar="FILE", help="client private key for mutual TLS")
@@ -227,6 +254,19 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         raise ConfigError(f"--metrics-port: must be a port number, 0 (pick one) or -1 (off), got {ns.metrics_port}")
     if not ns.stop_grace_s >= 0:
         raise ConfigError(f"--stop-grace-s: must be >= 0, got {ns.stop_grace_s}")
+    if not 0 <= ns.task_pids_max <= 4_194_304:
+        raise ConfigError(f"--task-pids-max: must be between 0 (no limit) and 4194304, got {ns.task_pids_max}")
+    log_max = parse_size_gb(ns.task_log_max, "--task-log-max") if ns.task_log_max != "0" else 0.0
+    min_free = parse_size_gb(ns.work_dir_min_free, "--work-dir-min-free") if ns.work_dir_min_free != "0" else 0.0
+    if log_max and log_max * GIB < 4096:
+        raise ConfigError(f"--task-log-max: must be 0 (no cap) or at least 4K, got {ns.task_log_max!r}")
+    if not 0 <= ns.task_log_files <= 100:
+        raise ConfigError(f"--task-log-files: must be between 0 and 100, got {ns.task_log_files}")
+    cgroup_parent = ns.cgroup_parent.strip("/") or "synergy"
+    if not all(re.fullmatch(r"[A-Za-z0-9._-]+", part) and part not in (".", "..")
+               for part in cgroup_parent.split("/")):
+        raise ConfigError(f"--cgroup-parent: {ns.cgroup_parent!r} must be a relative path of names made of "
+                          "letters, digits, '.', '_' or '-' (no '..', '.' or empty parts)")
     node_id = ns.node_id or socket.gethostname()
     if not re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", node_id):
         raise ConfigError(f"--node-id: {node_id!r} must be at most 128 letters, digits, '.', '_', ':' or '-'")
@@ -248,8 +288,13 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         reserve_mem_gb=reserve_mem,
         fake_gpus=ns.fake_gpus,
         gpu_type=ns.gpu_type,
-        cgroup_parent=ns.cgroup_parent.strip("/") or "synergy",
+        cgroup_parent=cgroup_parent,
         use_cgroups=not ns.no_cgroups,
+        allow_unenforced=ns.allow_unenforced,
+        task_pids_max=ns.task_pids_max,
+        task_log_max_bytes=int(log_max * GIB),
+        task_log_files=ns.task_log_files,
+        work_dir_min_free_bytes=int(min_free * GIB),
         tls_ca=_readable(ns.tls_ca, "--tls-ca"),
         tls_cert=tls_cert,
         tls_key=tls_key,

@@ -23,18 +23,20 @@ import psutil
 
 from synergy.agent import VERSION, logrelay
 from synergy.agent.bandwidth import Calibration, Resctrl, calibrate
-from synergy.agent.cgroups import detect
+from synergy.agent.cgroups import Cgroups, CgroupError, detect
 from synergy.agent.contention import Policy
 from synergy.agent.eliminator import Eliminator
-from synergy.agent.client import Backoff, NodeClient, statuses
+from synergy.agent.client import Backoff, NodeClient
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
 from synergy.agent.gpus import GIB, Gpus, GpuTypeError, discover
 from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
-from synergy.agent.report import node_telemetry_extras, pct
+from synergy.agent.report import node_telemetry_extras, pct, statuses
 from synergy.agent.tasks import Supervisor, TaskKey
+from synergy.agent.workdir import work_dir_problem
 from synergy.agent.telemetry import NodeSample, Sampler
+from synergy.scheduler.cli.connection import Target, tls_problem
 from synergy.scheduler.daemon.logs import configure, event
 from synergy.v1 import common_pb2, node_pb2
 
@@ -93,9 +95,11 @@ class Agent:
             raise
         self.instance_id = self.identity.instance_id
         parent = f"{cfg.cgroup_parent}/{cfg.node_id}"
-        self.cgroups = detect(parent, cfg.cores, enabled=cfg.use_cgroups)
-        event(log, "agent.cgroups", kind=self.cgroups.kind, memory_enforced=self.cgroups.enforces_memory,
-              detail=self.cgroups.describe())
+        # Probed only: nothing of the node (its groups, its tasks) is touched until the daemon
+        # has accepted this agent as the node's instance (`_take_over`, after RegisterNode).
+        self.cgroups = detect(parent, enabled=cfg.use_cgroups, setup=False)
+        #: the daemon accepted this agent as the node's instance and it took the node over
+        self.taken_over = False
         self.supervisor = Supervisor(
             node_id=cfg.node_id,
             cores=cfg.task_cores,
@@ -106,8 +110,11 @@ class Agent:
             log=log,
             daemon_address=cfg.job_daemon_address,
             tls_ca=cfg.tls_ca,
+            pids_max=cfg.task_pids_max,
+            log_max_bytes=cfg.task_log_max_bytes,
+            log_keep=cfg.task_log_files,
         )
-        self.supervisor.readopt()
+        self.supervisor.load()  # reported in RegisterNode as recorded; checked by readopt once accepted
         resctrl = Resctrl()
         self.sampler = Sampler(cfg.task_cores, self.cgroups, self.gpus, self._calibrate(), resctrl)
         self.eliminator: Eliminator | None = None
@@ -129,6 +136,8 @@ class Agent:
         self.backoff = Backoff()
         #: the daemon's LogRequests from the last heartbeat reply (`synergy logs`)
         self.log_requests: list[node_pb2.LogRequest] = []
+        #: why the node takes no new tasks now ("" = it does), as last reported
+        self.not_ready = ""
         psutil.cpu_percent(percpu=True)  # primes the counters: the first sample is then meaningful
 
     def _calibrate(self) -> Calibration | None:
@@ -143,7 +152,7 @@ class Agent:
     def sample(self) -> NodeSample:
         """One telemetry sample of the node and its tasks (kept as `latest`)."""
         self.latest = self.sampler.sample(self.supervisor.tasks.values())
-        if self.eliminator is not None:
+        if self.eliminator is not None and self.taken_over:
             self.eliminator.step(self.latest)
         return self.latest
 
@@ -209,6 +218,55 @@ class Agent:
         task = self.supervisor.tasks.get(TaskKey.of(ref))
         return task.log_path if task is not None else None
 
+    def _why_unreachable(self, exc: grpc.RpcError) -> str:
+        """gRPC words a TLS mismatch like a daemon that is down: a handshake of our own says
+        which, in the CLI's words (`tls_problem`)."""
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            problem = tls_problem(Target(self.cfg.daemon, "--daemon", tls_ca=self.cfg.tls_ca), 2.0)
+            if problem is not None:
+                return problem.message
+        return exc.details() or ""
+
+    # -- taking the node over -------------------------------------------------------------------
+    def _take_over(self) -> bool:
+        """Once the daemon accepted this agent as the node's instance: re-adopt (or report lost)
+        the tasks of the previous instance, set the cgroups up, move re-adopted tasks into a
+        changed slice. False when the cgroups could not be set up and the agent goes on without
+        (`--allow-unenforced`): the registration must then say so. Raises Fatal otherwise.
+        """
+        cfg, cg = self.cfg, self.cgroups
+        self.taken_over = True
+        self.supervisor.readopt()  # first: the dead instance's groups go before the node group changes
+        ok = True
+        if cg.kind != "none":
+            try:
+                cg.setup(cfg.cores)
+                self.supervisor.fit_to_slice(cfg.stop_grace_s)
+                cg.confine(cfg.cores)
+            except CgroupError as exc:
+                why = f"cgroup {cg.kind} found but it could not be set up: {exc}"
+                event(self.log, "agent.cgroups_unusable", level=logging.ERROR, reason=why,
+                      allow_unenforced=cfg.allow_unenforced)
+                if not cfg.allow_unenforced:
+                    raise Fatal(f"{why}; memory and CPU limits would not be enforced. Fix the cgroup, or start "
+                                "with --allow-unenforced (or --no-cgroups) to run without them")
+                self.cgroups = Cgroups(f"{why}; running with --allow-unenforced")
+                self.supervisor.cgroups = self.sampler.cgroups = self.cgroups
+                ok = False
+        enforced = self.cgroups.enforces_memory
+        event(self.log, "agent.cgroups", level=logging.INFO if enforced else logging.WARNING, kind=self.cgroups.kind,
+              memory_enforced=enforced, detail=self.cgroups.describe())
+        return ok
+
+    def _not_ready_reason(self) -> str:
+        """Why the node must take no new tasks now (its work dir is full), logged when it changes."""
+        why = work_dir_problem(self.cfg.work_dir, self.cfg.work_dir_min_free_bytes)
+        if why != self.not_ready:
+            event(self.log, "agent.not_ready" if why else "agent.ready_again",
+                  level=logging.WARNING if why else logging.INFO, reason=why or self.not_ready)
+            self.not_ready = why
+        return why
+
     # -- one exchange ---------------------------------------------------------------------------
     def exchange(self) -> None:
         """Register (if needed) or heartbeat once, and apply the reply."""
@@ -226,6 +284,9 @@ class Agent:
                 raise
             self.registered = True
             self.interval_s = reply.heartbeat_interval_s or self.interval_s
+            if not self.taken_over and not self._take_over():
+                self.registered = False  # the cgroup mode changed: say so in a new RegisterNode
+                return self.exchange()
             event(self.log, "agent.registered", daemon=self.cfg.daemon, daemon_version=reply.daemon_version,
                   node=self.cfg.node_id, state=common_pb2.NodeState.Name(reply.state),
                   heartbeat_interval_s=self.interval_s, tasks=len(self.supervisor.tasks))
@@ -237,6 +298,7 @@ class Agent:
             tasks=self._statuses(),
             instance_id=self.instance_id,
             log_chunks=logrelay.answer(self.log_requests, self._log_path),
+            not_ready_reason=self._not_ready_reason(),
         )
         self.log_requests = []
         try:
@@ -295,7 +357,8 @@ class Agent:
         stop_tasks = cfg.stop_tasks_on_exit
         try:
             while not waker.stop_signal:
-                self.supervisor.poll()
+                if self.taken_over:
+                    self.supervisor.poll()
                 if cfg.sample_interval_s > 0 and time.monotonic() >= next_sample:
                     self.sample()
                     next_sample = max(next_sample + cfg.sample_interval_s, time.monotonic())
@@ -310,7 +373,8 @@ class Agent:
                         delay = self.backoff.next()
                         if self.backoff.attempt in (1, 5) or self.backoff.attempt % 20 == 0:
                             event(self.log, "agent.daemon_unreachable", level=logging.WARNING, daemon=cfg.daemon,
-                                  code=exc.code().name, retry_in_s=round(delay, 2), attempt=self.backoff.attempt)
+                                  code=exc.code().name, retry_in_s=round(delay, 2), attempt=self.backoff.attempt,
+                                  reason=self._why_unreachable(exc))
                         next_beat = time.monotonic() + delay
                 wake = min(next_beat, next_sample) if cfg.sample_interval_s > 0 else next_beat
                 deadline = self.supervisor.next_deadline()
@@ -324,8 +388,9 @@ class Agent:
             code = exc.code
             stop_tasks = stop_tasks or code == EXIT_SUPERSEDED  # a newer agent owns the node now
         finally:
-            self.supervisor.shutdown(cfg.stop_grace_s, stop_tasks=stop_tasks)
-            self.cgroups.teardown()
+            if self.taken_over:  # an agent the daemon never accepted leaves the node as it found it
+                self.supervisor.shutdown(cfg.stop_grace_s, stop_tasks=stop_tasks)
+                self.cgroups.teardown()
             self.client.close()
             self.gpus.close()
             self.metrics.close()

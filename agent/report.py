@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 from synergy.agent.bandwidth import SOURCE_ESTIMATE, SOURCE_MBM, Bandwidth
+from synergy.agent.task import Phase, Task
 from synergy.agent.telemetry import NodeSample, Pressure, TaskSample
-from synergy.v1 import common_pb2
+from synergy.v1 import common_pb2, node_pb2
 
 #: the agent's bandwidth sources -> the protocol's words (the copy-benchmark peak is an estimate too)
 _WIRE_SOURCE = {SOURCE_MBM: "resctrl", SOURCE_ESTIMATE: "estimate", "copy-benchmark": "estimate"}
@@ -93,3 +95,42 @@ def node_telemetry_extras(t: common_pb2.NodeTelemetry, s: NodeSample) -> None:
         peak = bandwidth_msg(s.membw_peak)
         if peak is not None:
             t.peak_mem_bandwidth.CopyFrom(peak)
+
+
+_PHASES = {
+    Phase.STARTING: node_pb2.TASK_STATE_STARTING,
+    Phase.RUNNING: node_pb2.TASK_STATE_RUNNING,
+    Phase.STOPPING: node_pb2.TASK_STATE_STOPPING,
+    Phase.EXITED: node_pb2.TASK_STATE_EXITED,
+}
+
+
+def task_status(task: Task, node_id: str, latest: NodeSample | None = None,
+                hold: Hold | None = None) -> node_pb2.TaskStatus:
+    """The task as the daemon sees it, with its latest usage sample and throttle (when any)."""
+    k = task.key
+    msg = node_pb2.TaskStatus(
+        ref=node_pb2.TaskRef(job_id=k.job_id, attempt=k.attempt, rank=k.rank),
+        state=_PHASES[task.phase],
+        exit_code=task.exit_code,
+        pid=task.pid,
+        gpu_indices=list(task.gpu_indices),
+        message=task.message,
+        placement=common_pb2.Placement(
+            node_id=node_id, gpus=task.share.gpus, cpus=task.share.cpus, mem_gb=task.share.mem_gb
+        ),
+        oom_killed=task.oom_killed,
+        cores=sorted(task.grant.cores) if task.alive else [],
+    )
+    sample = latest.tasks.get(str(k)) if latest is not None and task.alive else None
+    if sample is not None:
+        msg.usage.CopyFrom(task_usage(sample))
+    if hold is not None and task.alive:
+        msg.throttle.CopyFrom(hold.to_msg())
+    return msg
+
+
+def statuses(tasks: Iterable[Task], node_id: str, latest: NodeSample | None = None,
+             holds: Mapping[str, Hold] | None = None) -> list[node_pb2.TaskStatus]:
+    holds = holds or {}
+    return [task_status(t, node_id, latest, holds.get(str(t.key))) for t in tasks]

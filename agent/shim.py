@@ -5,10 +5,10 @@ gives a process's exit status only to its parent (a pidfd or /proc tell *that* a
 ended, never *how*). So every task runs under this tiny waiter, which outlives the agent:
 it forks the job, tells the agent the job's pid through an inherited pipe, `waitpid`s it
 and writes the status (the agent's convention: the code, or -N for signal N) to
-`STATUS_FILE` atomically (temp file, fsync, rename). Whichever agent instance supervises
+`STATUS_FILE` atomically (into space reserved at start, fsync, rename). Whichever agent instance supervises
 the task then reads that file.
 
-It runs as `python -I -S shim.py STATUS_FILE PID_FD CORES JOIN_FILES EXECUTABLE ARGV...`
+It runs as `python -I -S shim.py STATUS_FILE PID_FD CORES JOIN_FILES LOG MAX_BYTES KEEP EXECUTABLE ARGV...`
 (standard library only, no site packages: it starts in about 10 ms), with the job's
 environment (the job token never appears on its command line). Before it forks the job it
 joins the task's cgroups (writes its pid into each of the comma-separated JOIN_FILES) and
@@ -19,9 +19,24 @@ the pipe as `ERR message` instead of a pid. The shim ignores SIGTERM / SIGINT / 
 own, which is what the agent signals, so a SIGKILL to the job never takes the shim with
 it. The shim asks the kernel's OOM killer to pass it over (oom_score_adj -1000, where
 permitted); the job gets the default back before it execs.
+
+Two things a full work dir must not break (issue 15):
+
+* **The exit record.** Before the job starts the shim reserves the record's space
+  (`STATUS_FILE.reserve`, `posix_fallocate`); at the exit it writes the code *into* that
+  reserved file and renames it into place, which needs no new block. A work dir already
+  too full for the reservation fails the launch (`ERR` on the pipe) with that reason.
+* **The log.** The job's stdout and stderr are a pipe the shim copies into LOG, capped at
+  MAX_BYTES (0: no cap): at the cap LOG becomes LOG.1 (LOG.1 becomes LOG.2, ... up to KEEP
+  files; KEEP 0: the old output is dropped) and LOG starts again with a line saying so.
+  Output that cannot be written (the disk is full) is counted and dropped, and a line
+  `[synergy: N bytes of output dropped: ...]` is written once the log takes writes again,
+  so a reader sees the gap. The job never blocks on a full disk.
 """
 
+import errno
 import os
+import select
 import signal
 import sys
 
@@ -37,16 +52,40 @@ def _oom_score_adj(value: str) -> None:
         pass
 
 
-def write_status(path: str, code: int) -> None:
-    """Atomically replace `path` with the exit code (temp, fsync, rename, fsync the directory)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+#: bytes reserved for the exit record (one block)
+RESERVE_BYTES = 4096
+#: the most bytes read from the job's pipe at once
+CHUNK = 1 << 16
+
+
+def reserve_status(path: str) -> int:
+    """Reserve the exit record's space now (a fd on `path.reserve`); OSError when the disk is full."""
+    fd = os.open(f"{path}.reserve", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, f"{code}\n".encode())
-        os.fsync(fd)
-    finally:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
         os.close(fd)
-    os.rename(tmp, path)
+        try:
+            os.unlink(f"{path}.reserve")
+        except OSError:
+            pass
+        raise
+    return fd
+
+
+def commit_status(fd: int, path: str, code: int, note: str = "") -> None:
+    """Write the code (and a note line, e.g. output dropped) into the reserved file and rename
+    it to `path` (no new block needed)."""
+    data = f"{code}\n{note}".encode()[:RESERVE_BYTES]
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+    os.fsync(fd)
+    os.close(fd)
+    os.rename(f"{path}.reserve", path)
+    _fsync_dir(path)
+
+
+def _fsync_dir(path: str) -> None:
     try:
         dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
         try:
@@ -55,6 +94,81 @@ def write_status(path: str, code: int) -> None:
             os.close(dfd)
     except OSError:
         pass
+
+
+class Log:
+    """The task's log file, capped and rotated; what cannot be written is counted, not blocked on."""
+
+    def __init__(self, path: str, max_bytes: int, keep: int) -> None:
+        self.path, self.max_bytes, self.keep = path, max_bytes, keep
+        self.dropped = 0
+        self.why = ""
+        self.fd = -1
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.size = os.fstat(self.fd).st_size
+        except OSError as exc:
+            self.fd, self.size, self.why = -1, 0, exc.strerror or str(exc)
+
+    def _rotate(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        try:
+            if self.keep > 0:
+                for i in range(self.keep - 1, 0, -1):
+                    if os.path.exists(f"{self.path}.{i}"):
+                        os.replace(f"{self.path}.{i}", f"{self.path}.{i + 1}")
+                os.replace(self.path, f"{self.path}.1")
+                note = f"earlier output in {os.path.basename(self.path)}.1 (at most {self.keep} such files)"
+            else:
+                os.unlink(self.path)
+                note = "earlier output dropped (no rotated files are kept)"
+        except OSError as exc:
+            note = f"could not rotate: {exc.strerror or exc}"
+        self._open()
+        self._raw(f"[synergy: log reached its cap of {self.max_bytes} bytes; {note}]\n".encode())
+
+    def _raw(self, data: bytes) -> int:
+        """Write what fits; the bytes written."""
+        done = 0
+        while done < len(data) and self.fd >= 0:
+            try:
+                done += os.write(self.fd, data[done:])
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+                    raise
+                self.why = exc.strerror or str(exc)
+                break
+        self.size += done
+        return done
+
+    def write(self, data: bytes) -> None:
+        if self.dropped and self.fd >= 0:  # say what was lost before the output resumes
+            note = (f"[synergy: {self.dropped} bytes of output dropped: the log could not be written "
+                    f"({self.why})]\n").encode()
+            if self._raw(note) == len(note):
+                self.dropped = 0
+        if self.max_bytes and self.size + len(data) > self.max_bytes and self.size > 0:
+            self._rotate()
+        if self.dropped:
+            self.dropped += len(data)
+            return
+        self.dropped += len(data) - self._raw(data)
+
+    def close(self) -> str:
+        """Close the log; what was dropped and not yet said in it ("" when nothing)."""
+        if self.dropped:
+            self.write(b"")
+        if self.fd >= 0:
+            os.close(self.fd)
+        if not self.dropped:
+            return ""
+        return f"{self.dropped} bytes of output dropped: the log could not be written ({self.why})"
 
 
 def _enter(pid_fd: int, cores: str, join: str) -> bool:
@@ -75,17 +189,78 @@ def _enter(pid_fd: int, cores: str, join: str) -> bool:
     return True
 
 
+def _relay(out_fd: int, log: Log, pid: int) -> int:
+    """Copy the job's output into `log` until the job has exited; its wait status.
+
+    SIGCHLD wakes the select (a wake-up fd), so the exit is seen at once even while a
+    grandchild keeps the pipe open; what is in the pipe then is copied before returning.
+    """
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    os.set_blocking(out_fd, False)
+    status = None
+    open_ = True
+    while status is None:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+            break
+        ready = select.select([out_fd, wake_r] if open_ else [wake_r], [], [], 5.0)[0]
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if open_ and out_fd in ready:
+            open_ = _drain(out_fd, log)
+    if open_:
+        _drain(out_fd, log, limit=64)  # what the job wrote last (a grandchild may write on: bounded)
+    return status
+
+
+def _drain(fd: int, log: Log, limit: int = 1 << 30) -> bool:
+    """Copy what the pipe holds now (at most `limit` reads); False at EOF."""
+    for _ in range(limit):
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return True
+        except InterruptedError:
+            continue
+        if not data:
+            return False
+        log.write(data)
+    return True
+
+
 def main(argv: list) -> int:
-    status_path, pid_fd, cores, join, exe, args = argv[1], int(argv[2]), argv[3], argv[4], argv[5], argv[6:]
+    status_path, pid_fd, cores, join = argv[1], int(argv[2]), argv[3], argv[4]
+    log_path, max_bytes, keep, exe, args = argv[5], int(argv[6]), int(argv[7]), argv[8], argv[9:]
     for s in _IGNORED:
         signal.signal(s, signal.SIG_IGN)
     if not _enter(pid_fd, cores, join):
         return 1
+    try:
+        reserved = reserve_status(status_path)
+    except OSError as exc:
+        os.write(pid_fd, (f"ERR the work dir is full: cannot reserve the task's exit record "
+                          f"{status_path} ({exc.strerror or exc})\n").encode())
+        return 1
     _oom_score_adj("-1000")
+    out_r, out_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(pid_fd)
+            os.close(out_r)
+            os.close(reserved)
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            os.close(out_w)
             os.setpgid(0, 0)
             for s in _RESET:
                 signal.signal(s, signal.SIG_DFL)
@@ -97,6 +272,7 @@ def main(argv: list) -> int:
             except OSError:
                 pass
         os._exit(127)
+    os.close(out_w)
     try:
         os.setpgid(pid, pid)  # both sides set it: no instant where a signal to the group misses
     except OSError:
@@ -106,13 +282,11 @@ def main(argv: list) -> int:
     except OSError:
         pass
     os.close(pid_fd)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    write_status(status_path, os.waitstatus_to_exitcode(status))
+    log = Log(log_path, max_bytes, keep)
+    status = _relay(out_r, log, pid)
+    code = os.waitstatus_to_exitcode(status)
+    note = log.close()  # a last try at the log; the record below does not need the disk
+    commit_status(reserved, status_path, code, note)
     return 0
 
 

@@ -78,8 +78,16 @@ def same_process(pid: int, ticks: int) -> bool:
 
 
 def read_exit(path: Path) -> int | None:
-    """The exit code the shim recorded, or None when it has not (yet)."""
+    """The exit code the shim recorded (its first line), or None when it has not (yet)."""
     try:
-        return int(path.read_text().strip())
+        return int(path.read_text().split("\n", 1)[0].strip())
     except (OSError, ValueError):
         return None
+
+
+def read_exit_note(path: Path) -> str:
+    """What the shim noted beside the code (e.g. output it had to drop); "" when nothing."""
+    try:
+        return path.read_text().split("\n", 1)[1].strip() if path.exists() else ""
+    except (OSError, IndexError):
+        return ""

@@ -20,166 +20,38 @@ GPUs of a pair stay taken while either of its tasks runs.
 Bad input never raises out of `launch`: an impossible placement, a missing command or a
 working directory that does not exist becomes an exited task with a clear message
 (exit code `LAUNCH_FAILED`), and the agent keeps serving its other tasks.
+
+Layout: the task records and their small rules are in task.py, the OS side of starting a
+process (executable lookup, the shim's pid report, affinity) in launch.py, the shim itself
+in shim.py; this module holds the `Supervisor`, which decides and keeps the books.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import select
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 from synergy.agent import contract, state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
+from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tree, read_pid, resolve
+from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
+    EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_TASKS_PER_GPU, Phase, Share, Task, TaskCounts,
+    TaskKey, key_of_cgroup, log_tail)
 from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.tasks import IMPOSSIBLE_PLACEMENT, LAUNCH_FAILED, TaskKey
-from synergy.scheduler.tasks import TaskPhase as Phase
+from synergy.scheduler.tasks import IMPOSSIBLE_PLACEMENT
 from synergy.v1 import node_pb2
-
-GIB = 1024**3
-#: The exit code that means "checkpointed, restart me" (docs/daemon.md).
-EXIT_RESTART = 75
-#: Exit code reported for a task whose exit status is unknown (lost across an agent restart).
-EXIT_LOST = 255
-#: The shim that parents every job and records its exit status (see shim.py for why).
-SHIM = str(Path(__file__).with_name("shim.py"))
-#: How long a launch waits for the shim to report the job's pid.
-SHIM_START_TIMEOUT_S = 10.0
-#: Lines of a failed task's log quoted in its exit message (the daemon keeps 1024 characters).
-TAIL_LINES = 10
-TAIL_CHARS = 700
-
-
-@dataclass(frozen=True)
-class Share:
-    """A task's resources on this node (the wire's Placement)."""
-
-    gpus: int
-    cpus: float
-    mem_gb: float
-
-
-@dataclass
-class Task:
-    key: TaskKey
-    name: str
-    share: Share
-    log_path: Path
-    phase: Phase = Phase.STARTING
-    grant: CoreGrant = CoreGrant()
-    gpu_indices: tuple[int, ...] = ()
-    #: the shim, when this agent instance started it (None for a re-adopted task)
-    proc: subprocess.Popen[bytes] | None = None
-    #: the job's process (leader of its own process group) and the shim that waits for it,
-    #: each with its start time (clock ticks since boot) so a reused pid is never mistaken
-    pid: int = 0
-    pid_ticks: int = 0
-    shim_pid: int = 0
-    shim_ticks: int = 0
-    exit_code: int = 0
-    message: str = ""
-    #: monotonic time at which a stopping task gets SIGKILL.
-    kill_at: float | None = None
-    stop_reason: str = ""
-    #: exited because the kernel killed it at its memory limit (TaskStatus.oom_killed).
-    oom_killed: bool = False
-    #: the cgroup still has to be removed (it was busy when the task exited).
-    cgroup_pending: bool = False
-    started_at: float = field(default_factory=time.time)
-    #: why the exit status is unknown (the task is reported lost), "" otherwise
-    lost: str = ""
-    #: re-adopted from a previous agent instance's state file
-    adopted: bool = False
-    #: contention eliminator: CPU quota (or MBA share) is 1 / 2**throttle_level of the task's own
-    throttle_level: int = 0
-    #: how the throttle acts: "quota" (the cgroup CPU quota) or "mba" (resctrl, the quota untouched)
-    throttle_via: str = "quota"
-    #: packing: the job whose task's GPUs this task shares (0 = GPUs its own)
-    packed_with: int = 0
-
-    @property
-    def cores(self) -> tuple[int, ...]:
-        """The task's cpuset (its whole cores and its shared core)."""
-        return self.grant.cores
-
-    @property
-    def cgroup(self) -> str:
-        return f"job{self.key.job_id}-a{self.key.attempt}-r{self.key.rank}"
-
-    @property
-    def alive(self) -> bool:
-        return self.phase in (Phase.STARTING, Phase.RUNNING, Phase.STOPPING)
-
-    def to_record(self, kill_at_unix: float | None) -> dict[str, object]:
-        """What the state file keeps of the task (never the job token)."""
-        g = self.grant
-        return {
-            "key": [self.key.job_id, self.key.attempt, self.key.rank], "name": self.name,
-            "share": [self.share.gpus, self.share.cpus, self.share.mem_gb], "log_path": str(self.log_path),
-            "phase": self.phase.value, "exclusive": list(g.exclusive), "shared": g.shared, "fraction": g.fraction,
-            "gpu_indices": list(self.gpu_indices), "pid": self.pid, "pid_ticks": self.pid_ticks,
-            "shim_pid": self.shim_pid, "shim_ticks": self.shim_ticks, "exit_code": self.exit_code,
-            "message": self.message, "stop_reason": self.stop_reason, "kill_at_unix": kill_at_unix,
-            "started_at": self.started_at, "lost": self.lost, "throttle_level": self.throttle_level,
-            "throttle_via": self.throttle_via, "packed_with": self.packed_with,
-        }
-
-    @classmethod
-    def from_record(cls, r: dict) -> Task:  # type: ignore[type-arg]
-        gpus, cpus, mem_gb = r["share"]
-        return cls(
-            key=TaskKey(*r["key"]), name=r["name"], share=Share(int(gpus), float(cpus), float(mem_gb)),
-            log_path=Path(r["log_path"]), phase=Phase(r["phase"]),
-            grant=CoreGrant(tuple(r["exclusive"]), r["shared"], float(r["fraction"])),
-            gpu_indices=tuple(r["gpu_indices"]), pid=int(r["pid"]), pid_ticks=int(r["pid_ticks"]),
-            shim_pid=int(r["shim_pid"]), shim_ticks=int(r["shim_ticks"]), exit_code=int(r["exit_code"]),
-            message=r["message"], stop_reason=r["stop_reason"], started_at=float(r["started_at"]),
-            lost=r.get("lost", ""), adopted=True, throttle_level=int(r.get("throttle_level", 0)),
-            throttle_via=r.get("throttle_via", "quota"), packed_with=int(r.get("packed_with", 0)),
-        )
-
-
-def log_tail(path: Path, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
-    """The last lines of a task's log, bounded (for exit messages)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 8192))
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    text = "\n".join(data.rstrip("\n").splitlines()[-lines:])
-    return text[-chars:]
-
-
-#: The most tasks one GPU index ever carries (a packed pair).
-MAX_TASKS_PER_GPU = 2
-
-
-#: How a task's exit is counted (on /metrics): the kinds, fixed so the counts never change shape.
-EXIT_KINDS = ("ok", "restart", "failed", "oom", "stopped", "lost", "launch_failed")
-
-
-@dataclass
-class TaskCounts:
-    """Running totals since the agent started (read by /metrics; only the main loop writes)."""
-
-    launched: int = 0
-    readopted: int = 0
-    exits: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EXIT_KINDS, 0))
-    oom_kills: int = 0
 
 
 class Supervisor:
+    """The node's tasks: launch (with launch.py), resize, stop, reap, persist and re-adopt them."""
+
     def __init__(
         self,
         *,
@@ -193,6 +65,9 @@ class Supervisor:
         daemon_address: str,
         tls_ca: str = "",
         clock: Callable[[], float] = time.monotonic,
+        pids_max: int = 0,
+        log_max_bytes: int = 0,
+        log_keep: int = 1,
     ) -> None:
         self.node_id = node_id
         self.cores = tuple(cores)
@@ -209,8 +84,15 @@ class Supervisor:
         self.daemon_address = daemon_address
         self.tls_ca = tls_ca
         self.clock = clock
+        #: each task's `pids.max` (0: no limit)
+        self.pids_max = pids_max
+        #: each task's log cap (0: none) and how many rotated files it keeps (the shim rotates)
+        self.log_max_bytes, self.log_keep = log_max_bytes, log_keep
         self.tasks: dict[TaskKey, Task] = {}
         self.counts = TaskCounts()
+        #: the state file was read into `tasks` (load); re-adoption checks them (readopt)
+        self._loaded = False
+        self._kill_at_unix: dict[TaskKey, float] = {}
 
     # -- what is taken --------------------------------------------------------------------------
     def _held(self, exclude: TaskKey | None = None) -> tuple[list[CoreGrant], set[int], float]:
@@ -228,7 +110,7 @@ class Supervisor:
         quota = share.cpus
         if throttle_level > 0 and via == "quota":  # a throttled task keeps its cores, with a fraction of their time
             quota = (share.cpus or len(cores)) / 2**throttle_level
-        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota)
+        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota, pids_max=self.pids_max)
 
     def set_throttle(self, key: TaskKey, level: int, via: str = "quota") -> bool:
         """Record the contention eliminator's throttle level; with `via="quota"` apply it to the CPU quota.
@@ -297,7 +179,7 @@ class Supervisor:
             raise LaunchError(f"cgroup: {exc}") from None
         env = self._environment(task, spec)
         try:
-            exe = _resolve(spec.command[0], workdir, env.get("PATH", os.defpath))
+            exe = resolve(spec.command[0], workdir, env.get("PATH", os.defpath))
         except LaunchError:
             self._remove_cgroup(task)
             raise
@@ -312,7 +194,8 @@ class Supervisor:
         try:
             task.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SHIM, str(exit_path), str(w), ",".join(map(str, task.cores)),
-                 ",".join(self.cgroups.join_files(task.cgroup)), exe, *spec.command],
+                 ",".join(self.cgroups.join_files(task.cgroup)), str(task.log_path), str(self.log_max_bytes),
+                 str(self.log_keep), exe, *spec.command],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -331,7 +214,7 @@ class Supervisor:
             out.close()
         task.shim_pid, task.shim_ticks = task.proc.pid, state.start_ticks(task.proc.pid)
         try:
-            task.pid = _read_pid(r, SHIM_START_TIMEOUT_S)
+            task.pid = read_pid(r, SHIM_START_TIMEOUT_S)
         except LaunchError:
             task.proc.wait()
             self._remove_cgroup(task)
@@ -437,7 +320,7 @@ class Supervisor:
                 self.cgroups.apply(task.cgroup, self._limits(new, grant.cores, task.throttle_level,
                                                              task.throttle_via))
                 if self.cgroups.kind == "none":
-                    _pin_tree(task.pid, grant.cores)
+                    pin_tree(task.pid, grant.cores)
             except (CoreError, CgroupError) as exc:
                 why = str(exc)
         if why:
@@ -553,6 +436,9 @@ class Supervisor:
             task.message = f"stopped by the agent ({task.stop_reason}); exit code {code}"
         elif code not in (0, EXIT_RESTART):
             task.message = f"exit code {code}; last lines of {task.log_path}:\n{log_tail(task.log_path)}"
+        note = state.read_exit_note(self._exit_path(task))
+        if note:
+            task.message = f"{task.message}\n{note}" if task.message else note
         self._remove_cgroup(task)
         kind = ("lost" if task.lost else "oom" if oom else "stopped" if task.stop_reason else "ok" if code == 0
                 else "restart" if code == EXIT_RESTART else "failed")
@@ -592,14 +478,16 @@ class Supervisor:
             event(self.log, "agent.state_not_saved", level=logging.ERROR, path=str(self.state_path),
                   reason=exc.strerror)
 
-    def readopt(self) -> None:
-        """Take over the tasks a previous agent instance left running (call before registering).
+    def load(self) -> None:
+        """Read the state file into `tasks`, as recorded, touching nothing (no process, no group).
 
-        A task is re-adopted when its job process and its shim are the very processes the
-        state file names (pid and start time) and the job is still in its cgroup; one whose
-        exit the shim recorded meanwhile is reported with that code; anything else (and any
-        task group of ours the state file does not know) is killed and reported lost.
+        What the agent reports in `RegisterNode` before the daemon accepted it as the node's
+        agent: until then it must not act on the node (a refused duplicate would otherwise
+        kill the live agent's tasks). `readopt` checks them once it has been accepted.
         """
+        if self._loaded:
+            return
+        self._loaded = True
         records, problem = state.load(self.state_path, self.node_id)
         if problem:
             event(self.log, "agent.state_unreadable", level=logging.WARNING, reason=problem)
@@ -610,11 +498,26 @@ class Supervisor:
                 event(self.log, "agent.state_bad_record", level=logging.WARNING, reason=repr(exc))
                 continue
             self.tasks[task.key] = task
-            if not task.alive:
-                continue
             kill_at = r.get("kill_at_unix")
             if task.phase == Phase.STOPPING and kill_at is not None:
-                task.kill_at = self.clock() + max(0.0, float(kill_at) - time.time())
+                self._kill_at_unix[task.key] = float(kill_at)
+
+    def readopt(self) -> None:
+        """Take over the tasks a previous agent instance left running (once the daemon accepted
+        this agent as the node's instance; `load` reads them first, without acting).
+
+        A task is re-adopted when its job process and its shim are the very processes the
+        state file names (pid and start time) and the job is still in its cgroup; one whose
+        exit the shim recorded meanwhile is reported with that code; anything else (and any
+        task group of ours the state file does not know) is killed and reported lost.
+        """
+        self.load()
+        for task in list(self.tasks.values()):
+            if not task.alive:
+                continue
+            kill_at = self._kill_at_unix.pop(task.key, None)
+            if kill_at is not None:
+                task.kill_at = self.clock() + max(0.0, kill_at - time.time())
             code = state.read_exit(self._exit_path(task))
             if code is not None:
                 self._exited(task, code)
@@ -635,7 +538,7 @@ class Supervisor:
                   cores=format_cpu_list(task.cores))
         known = {t.cgroup for t in self.tasks.values()}
         for name in self.cgroups.children():
-            key = _key_of_cgroup(name)
+            key = key_of_cgroup(name)
             if name in known or key is None:
                 continue
             task = Task(key, "", Share(0, 0.0, 0.0), self.logs_dir / f"{key}.log", phase=Phase.RUNNING,
@@ -644,12 +547,45 @@ class Supervisor:
             self._exited(task, EXIT_LOST)
         self.save()
 
+    def fit_to_slice(self, grace_s: float) -> None:
+        """Move re-adopted tasks whose cores left the agent's slice (`--cpus` changed across a
+        restart) onto cores of the new slice, as a resize would; a task that no longer fits
+        is stopped (SIGTERM, SIGKILL after `grace_s`: it may checkpoint and be requeued) and
+        meanwhile confined to the slice's cores. Afterwards no task group holds a core outside
+        the slice, so the node group can be narrowed to it (`Cgroups.confine`)."""
+        inside = set(self.cores)
+        for task in list(self.tasks.values()):
+            if not task.alive or set(task.cores) <= inside:
+                continue
+            old = format_cpu_list(task.cores)
+            held = [t.grant for t in self.tasks.values()
+                    if t.alive and t.key != task.key and set(t.cores) <= inside]
+            try:
+                grant = choose_cores(task.share.cpus, self.cores, held)
+            except CoreError as exc:
+                self.stop(task.key, grace_s, f"the agent's --cpus changed and the task no longer fits: {exc}")
+                grant = CoreGrant(tuple(self.cores))
+            try:
+                self.cgroups.apply(task.cgroup, self._limits(task.share, grant.cores, task.throttle_level,
+                                                             task.throttle_via))
+            except CgroupError as exc:
+                event(self.log, "task.move_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
+                continue
+            if self.cgroups.kind == "none":
+                pin_tree(task.pid, grant.cores)
+            task.grant = grant
+            event(self.log, "task.moved", level=logging.WARNING, task=str(task.key), cores=f"{old}->"
+                  f"{format_cpu_list(grant.cores)}", stopping=task.phase == Phase.STOPPING,
+                  reason="the agent's --cpus changed across its restart")
+        self.save()
+
     # -- bookkeeping ----------------------------------------------------------------------------
     def forget(self, key: TaskKey) -> None:
         task = self.tasks.get(key)
         if task is not None and task.phase == Phase.EXITED and not task.cgroup_pending:
             del self.tasks[key]
             self._exit_path(task).unlink(missing_ok=True)
+            self._exit_path(task).with_name(f"{task.key}.exit.reserve").unlink(missing_ok=True)
             self.save()
 
     def shutdown(self, grace_s: float, stop_tasks: bool = True) -> None:
@@ -671,70 +607,3 @@ class Supervisor:
             time.sleep(0.05)
         self.poll()
         self.save()
-
-
-class LaunchError(RuntimeError):
-    """Why a LAUNCH could not be carried out (becomes the task's exit message)."""
-
-
-def _key_of_cgroup(name: str) -> TaskKey | None:
-    """"job7-a2-r0" -> TaskKey(7, 2, 0) (the inverse of Task.cgroup); None for anything else."""
-    parts = name.split("-")
-    if len(parts) != 3 or not (parts[0].startswith("job") and parts[1][:1] == "a" and parts[2][:1] == "r"):
-        return None
-    try:
-        return TaskKey(int(parts[0][3:]), int(parts[1][1:]), int(parts[2][1:]))
-    except ValueError:
-        return None
-
-
-def _resolve(command: str, workdir: Path, path_var: str) -> str:
-    """The executable the job's argv[0] names (checked here, so a bad command gets a clear message)."""
-    if "/" in command:
-        found: str | None = str(workdir / command)
-        if not os.path.exists(found):
-            found = None
-    else:
-        found = shutil.which(command, mode=os.F_OK, path=path_var)
-        if found is not None:
-            found = str(workdir / found)
-    if found is None:
-        raise LaunchError(f"task.command: {command!r} not found (working dir {workdir})")
-    if not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise LaunchError(f"task.command: {command!r} is not executable")
-    return found
-
-
-def _read_pid(fd: int, timeout_s: float) -> int:
-    """The job's pid, as the shim writes it on the pipe; 0 when it does not within the timeout."""
-    deadline = time.monotonic() + timeout_s
-    data = b""
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return 0
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return 0
-        data += chunk
-    if data.startswith(b"ERR "):
-        raise LaunchError(data[4:].decode(errors="replace").strip())
-    return int(data)
-
-
-def _pin_tree(pid: int, cores: tuple[int, ...]) -> None:
-    """Affinity of every thread of a process tree (the fallback when no cpuset enforces it)."""
-    if not pid:
-        return
-    import psutil
-
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return
-    for p in procs:
-        try:
-            for t in p.threads():
-                os.sched_setaffinity(t.id, set(cores))
-        except (psutil.Error, OSError):
-            continue

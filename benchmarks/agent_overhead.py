@@ -37,7 +37,7 @@ from pathlib import Path
 
 from synergy.agent.bandwidth import calibrate
 from synergy.agent.cgroups import detect
-from synergy.agent.client import statuses
+from synergy.agent.report import statuses
 from synergy.agent.contention import Policy
 from synergy.agent.eliminator import Eliminator
 from synergy.agent.tasks import Phase, Supervisor

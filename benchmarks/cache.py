@@ -4,7 +4,9 @@
   processes at once (forked, as DataLoader workers are), bytes/s per worker; against reading
   the same files from disk cold (page cache dropped before each pass) and warm (page cache
   full, i.e. what the OS page cache gives a job when nobody else competes for memory).
-  Dropping: `echo 1 > /proc/sys/vm/drop_caches` when permitted (root, writable /proc/sys), else
+  Dropping: `echo 1 > /proc/sys/vm/drop_caches` when permitted (root, writable /proc/sys): this
+  drops **the whole machine's** page cache (every process's, not only this dataset's), so the
+  script says so before it starts and `--no-drop-caches` keeps to the per-file way; else
   `posix_fadvise(DONTNEED)` on each file, which evicts this dataset's clean pages without
   privileges; the output says which worked. If neither did, "cold" is really warm.
 * **hit rate vs capacity**: capacity 25/50/75/100 % of the dataset, 4 epochs in a fresh
@@ -34,15 +36,16 @@ from synergy.scheduler.profiles.minio import MinioModel, hit_rate
 PASSES = 3
 
 
-def drop_page_cache(paths: list[Path]) -> str:
+def drop_page_cache(paths: list[Path], machine_wide: bool = True) -> str:
     """Evict the dataset from the page cache; return how (or why it could not)."""
     os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("1\n")
-        return "drop_caches"
-    except OSError:
-        pass
+    if machine_wide:
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("1\n")
+            return "drop_caches (the whole machine's page cache)"
+        except OSError:
+            pass
     if not hasattr(os, "posix_fadvise"):
         return "none (no drop_caches permission, no posix_fadvise): disk figures are page-cache reads"
     for p in paths:
@@ -82,14 +85,14 @@ def per_worker(target, args_for, workers: int) -> float:
     return sum(rates) / len(rates)
 
 
-def throughput(paths: list[Path]) -> None:
+def throughput(paths: list[Path], machine_wide: bool = True) -> None:
     size = sum(p.stat().st_size for p in paths)
     keys = [str(p) for p in paths]
     with MinioCache.create(size) as cache:
         for p in paths:
             cache.get(str(p), load=p.read_bytes)
         assert cache.stats().items == len(paths)
-        how = drop_page_cache(paths)
+        how = drop_page_cache(paths, machine_wide)
         print(f"page cache: {how}")
         print(f"{'workers':>8} {'cache hit MB/s':>15} {'disk cold MB/s':>15} {'disk warm MB/s':>15}   (per worker)")
         for workers in (1, 2):
@@ -98,7 +101,7 @@ def throughput(paths: list[Path]) -> None:
                 return (keys[w::n],)
 
             hit = per_worker(_read_cache, lambda w: (cache, *split(w)), workers)
-            drop_page_cache(paths)
+            drop_page_cache(paths, machine_wide)
             cold = per_worker(_read_disk, lambda w: ([Path(k) for k in split(w)[0]],), workers)
             warm = per_worker(_read_disk, lambda w: ([Path(k) for k in split(w)[0]],), workers)
             print(f"{workers:>8} {hit / 1e6:>15.0f} {cold / 1e6:>15.0f} {warm / 1e6:>15.0f}")
@@ -130,7 +133,14 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=256)
     ap.add_argument("--kib", type=int, default=256, help="size of each file")
     ap.add_argument("--dir", default=".", help="where the temporary dataset is written")
+    ap.add_argument("--no-drop-caches", action="store_true", help="never write /proc/sys/vm/drop_caches (which "
+                    "drops the whole machine's page cache); evict only the dataset's pages (posix_fadvise)")
     args = ap.parse_args()
+    if not args.no_drop_caches and os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        print("note: the cold-disk passes drop the WHOLE MACHINE's page cache (/proc/sys/vm/drop_caches), which "
+              "slows everything else on it for a while; --no-drop-caches evicts only this dataset's pages",
+              flush=True)
+
     root = Path(tempfile.mkdtemp(prefix="synergy-cache-bench-", dir=args.dir))
     try:
         rng = random.Random(1)
@@ -140,7 +150,7 @@ def main() -> None:
             p.write_bytes(rng.randbytes(args.kib * 1024))
             paths.append(p)
         print(f"dataset: {args.files} files x {args.kib} KiB = {args.files * args.kib / 1024:.0f} MiB in {root}")
-        throughput(paths)
+        throughput(paths, machine_wide=not args.no_drop_caches)
         hit_rates(paths)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -54,11 +55,17 @@ def main() -> int:
     p.add_argument("--phase-s", type=float, default=8.0, help="seconds measured per phase")
     p.add_argument("--train-mb", type=int, default=32)
     p.add_argument("--stress-mb", type=int, default=64)
+    p.add_argument("--cgroup-parent", default="", metavar="PATH", help="the agent's --cgroup-parent (default: a "
+                   "fresh synergy-test-XXXX, removed at the end)")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (state, work dir, logs) for a look")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="coda-"))
+    print(f"working in {tmp} ({'kept' if args.keep else 'removed'} at the end)")
     d = DaemonProcess(tmp / "state").start()
     agent = AgentProcess(d, tmp / "work", "n0", "--cpus", args.cpus, "--contention-threshold", str(args.threshold),
                          "--contention-throughput-drop", str(args.drop), fake_gpus=1)
+    if args.cgroup_parent:
+        agent.cgroup_parent = args.cgroup_parent
     admin = d.admin()
     py = (sys.executable, "-u")
     try:
@@ -119,7 +126,10 @@ def main() -> int:
     finally:
         admin.close()
         agent.stop()
+        agent.remove_cgroups()
         d.kill()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

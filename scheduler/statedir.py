@@ -37,6 +37,9 @@ ADMIN_TOKEN_FILE = "admin.token"
 ADDRESS_FILE = "address"
 METRICS_ADDRESS_FILE = "metrics_address"
 AGENT_ADDRESS_FILE = "agent_address"
+#: The ports the last run picked for `--port 0` / `--agent-port 0` ("PORT AGENT_PORT"); kept
+#: after exit (the address files are not), so a restart binds them again when free.
+PORTS_FILE = "ports"
 TOKEN_FILES = (ADMIN_TOKEN_FILE, CLUSTER_TOKEN_FILE)
 #: SQLite's side files of a WAL database: `synergyd.sqlite-wal`, `synergyd.sqlite-shm`.
 DB_SIDE_SUFFIXES = ("-wal", "-shm")
@@ -419,6 +422,18 @@ class StateDir:
         if override is not None:
             return read_token(override)
         return ensure_token(self.path / default_name, warn)
+
+    def previous_ports(self) -> tuple[int, int]:
+        """(port, agent port) of the last run (0 where unknown)."""
+        try:
+            parts = [int(p) for p in (self.path / PORTS_FILE).read_text().split()][:2]
+        except (OSError, ValueError):
+            return 0, 0
+        parts += [0] * (2 - len(parts))
+        return parts[0], parts[1]
+
+    def remember_ports(self, port: int, agent_port: int | None) -> None:
+        write_atomically(self.path / PORTS_FILE, f"{port} {agent_port or 0}\n".encode(), mode=0o644)
 
     def write_address(self, name: str, address: str) -> None:
         write_atomically(self.path / name, (address + "\n").encode(), mode=0o644)

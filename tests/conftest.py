@@ -53,3 +53,27 @@ def start_agent() -> Iterator[Callable[..., FakeAgent]]:
     yield start
     for a in agents:
         a.stop()
+
+
+#: Words of the skip reason every real-cgroup end-to-end test gives (agent_harness.is_root_with_v1).
+CGROUP_SKIP = "needs root and cgroup v1"
+#: A keyword on those tests' reports (keywords travel from xdist workers; the stash does not).
+CGROUP_KEYWORD = "real_cgroup"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(CGROUP_SKIP in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")):
+            item.keywords[CGROUP_KEYWORD] = True
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Say how many end-to-end tests that need root and cgroup v1 ran and how many were skipped
+    (issue 15: a CI without root would pass with every one of them skipped, silently)."""
+    ran = {r.nodeid for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
+           if r.when == "call" and CGROUP_KEYWORD in r.keywords}
+    skipped = {r.nodeid for r in terminalreporter.stats.get("skipped", []) if CGROUP_KEYWORD in r.keywords}
+    if not ran and not skipped:
+        return
+    terminalreporter.write_line(f"real-cgroup end-to-end tests: {len(ran)} ran, {len(skipped)} skipped"
+                                + (f" ({CGROUP_SKIP})" if skipped else ""))

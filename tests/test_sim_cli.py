@@ -117,6 +117,8 @@ def test_compare_tune_is_no_worse_than_proportional() -> None:
     table = sim("compare", "--mechanisms", "proportional,greedy,tune", *SMALL, "--jobs-parallel", "2")
     assert table.returncode == 0, table.stderr
     assert "greedy" in table.stdout and "ratio to proportional" in table.stdout
+    # issue 15 (7): `compare` (so `make reproduce`) printed nothing for 41 s; a bar on stderr now
+    assert "compare proportional, greedy, tune" in table.stderr and "3/3" in table.stderr, table.stderr
 
 
 def test_sweep_writes_csv_and_plots(tmp_path: Path) -> None:

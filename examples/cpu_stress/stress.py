@@ -4,7 +4,7 @@ It streams two large arrays through memory as fast as one core can and prints it
 bandwidth every second (`BW <GB/s>`), until --seconds pass (0 = until killed). CODA's
 contention eliminator should throttle it when it slows a training job on the same node.
 
-    synergy submit --kind cpu --cpus 1 --mem-gb 1 --name stress -- python examples/cpu_stress/stress.py
+    synergy submit --kind cpu --cpus 1 --memory-gb 1 --name stress -- python examples/cpu_stress/stress.py
 """
 
 from __future__ import annotations

@@ -142,6 +142,7 @@ class App:
                 AdminServicer(ctx, self.jobs, self.nodes, self.rounds, self.started_at),
                 JobServicer(ctx, self.leases),
                 NodeServicer(ctx, self.nodes),
+                self.state_dir.previous_ports(),
             )
         )
         self.events = EventLoop([t(self) for t in event_types], self.clock, self.log)
@@ -149,6 +150,7 @@ class App:
         self.loop.run(servers.set_serving(True))
         self.address = f"{cfg.host}:{self.servers.port}"
         self.state_dir.write_address(ADDRESS_FILE, self.address)
+        self.state_dir.remember_ports(self.servers.port, self.servers.agent_port)
         if self.servers.agent_port is not None:
             self.state_dir.write_address(AGENT_ADDRESS_FILE, f"{cfg.host}:{self.servers.agent_port}")
         if cfg.metrics_port is not None:

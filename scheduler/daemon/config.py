@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from synergy.scheduler.arrays import settings as array_settings
 from synergy.scheduler.arrays.cpu_array import CpuArray
 from synergy.scheduler.placement.scorers import SCORERS
-from synergy.scheduler.profiles.format import ProfileError
+from synergy.scheduler.profiles.format import ProfileError, read_profile_file
 from synergy.scheduler.profiles.pairs import PAIRS_KEY, load_pairs
 from synergy.scheduler.registry import MECHANISMS, POLICIES
 from synergy.scheduler.statedir import default_state_dir
@@ -298,4 +298,6 @@ def _check_pairs(path: Path) -> None:
     except ProfileError as exc:
         raise ConfigError(f"--pairs: {exc}") from None
     if not len(table):
-        raise ConfigError(f"--pairs {path}: the file has no {PAIRS_KEY!r} list (docs/profiles.md)")
+        has_list = PAIRS_KEY in (read_profile_file(path) or {})
+        what = f"its {PAIRS_KEY!r} list is empty" if has_list else f"the file has no {PAIRS_KEY!r} list"
+        raise ConfigError(f"--pairs {path}: {what}: nothing could ever be packed (docs/profiles.md)")

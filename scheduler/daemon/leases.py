@@ -217,6 +217,12 @@ class LeaseBook:
                 )
             if attempt < job.attempt:
                 raise FailedPrecondition(f"attempt: {attempt} is stale; job {job.id} is at attempt {job.attempt}")
+            live = ctx.live.jobs.get(job.id)
+            limit = live.step_limit(ctx.clock.now(), max(job.stop_at_step, job.steps_done)) if (
+                live is not None and live.attempt == attempt) else None
+            if limit is not None and step > limit:
+                raise InvalidArgument("step", f"{step} is past what job {job.id} has reported (step {live.step} at "
+                                      f"{live.steps_per_s:g} steps/s: at most {limit} by now)")
             if step >= job.checkpoint_step:
                 new = replace(job, checkpoint_path=path, checkpoint_step=step, steps_done=max(job.steps_done, step))
                 ctx.save_jobs([(job, new)])

@@ -33,6 +33,10 @@ class ObservedTask:
     throttle: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
+#: Steps a checkpoint may be past the pace a job reported (ReportCheckpoint's plausibility check).
+CHECKPOINT_SLACK_STEPS = 1000
+
+
 @dataclass
 class RankLease:
     """What the daemon last heard from one rank of the current attempt."""
@@ -76,6 +80,16 @@ class JobLive:
     def steps_per_s(self) -> float:
         return max((r.steps_per_s for r in self.ranks.values()), default=0.0)
 
+    def step_limit(self, now: float, known: int) -> int | None:
+        """The highest step a rank can plausibly have reached by `now` (None: no rate reported
+        yet, so nothing to judge by): the furthest step renewed (or `known`, e.g. a stop step
+        the daemon set) plus twice the reported pace since that renewal, plus CHECKPOINT_SLACK_STEPS."""
+        ranks = [r for r in self.ranks.values() if r.steps_per_s > 0]
+        if not ranks:
+            return None
+        ahead = max(r.step + r.steps_per_s * 2 * max(0.0, now - r.last_renewal) for r in ranks)
+        return int(max(ahead, known)) + CHECKPOINT_SLACK_STEPS
+
 
 @dataclass
 class NodeLive:
@@ -83,6 +97,9 @@ class NodeLive:
     lost: bool = False
     telemetry: dict[str, Any] = field(default_factory=dict)
     tasks: dict[TaskKey, ObservedTask] = field(default_factory=dict)
+    #: Why the agent says the node must take no new tasks now ("" = it can), e.g. a full
+    #: work dir: the node is then treated as cordoned, with this reason, until it clears.
+    not_ready: str = ""
 
 
 @dataclass

@@ -8,6 +8,7 @@ daemon and the agent; liveness is observed (a node is lost when it misses heartb
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -132,6 +133,7 @@ class NodeBook:
         tasks: Sequence[ObservedTask],
         instance_id: str = "",
         log_chunks: Sequence[LogChunk] = (),
+        not_ready: str = "",
     ) -> NodeReply:
         ctx = self.ctx
         with ctx.lock:
@@ -149,6 +151,10 @@ class NodeBook:
             if live.lost:
                 event(ctx.log, "node.back", node=node_id)
             live.last_heartbeat, live.lost = now, False
+            if not_ready != live.not_ready:
+                event(ctx.log, "node.not_ready" if not_ready else "node.ready_again",
+                      level=logging.WARNING if not_ready else logging.INFO, node=node_id, reason=not_ready)
+                live.not_ready = not_ready
             live.telemetry = dict(telemetry)
             live.tasks = {t.key: t for t in tasks}
             self._gauges(node_id, live.telemetry, tasks)
@@ -248,8 +254,20 @@ class NodeBook:
     def state(self, node: NodeRecord) -> tuple[str, str]:
         live = self.ctx.live.nodes.get(node.id)
         if live is not None and live.lost:
-            return "lost", f"no heartbeat since {live.last_heartbeat:.0f}"
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(live.last_heartbeat))
+            return "lost", f"no heartbeat since {since}"
+        admin = self.admin_state(node)
+        if live is not None and admin != node.admin_state:
+            return admin.value, f"not ready: {live.not_ready}"
         return node.admin_state.value, node.admin_reason
+
+    def admin_state(self, node: NodeRecord) -> AdminState:
+        """The admin state the core sees: a node whose agent says it is not ready takes no new
+        tasks, as if cordoned (live only: it clears with the agent's next report)."""
+        live = self.ctx.live.nodes.get(node.id)
+        if live is not None and live.not_ready and node.admin_state == AdminState.READY:
+            return AdminState.CORDONED
+        return node.admin_state
 
     def last_heard(self, node_id: str) -> float:
         """When the node last heartbeated (this daemon's start when it has not yet)."""

@@ -156,6 +156,8 @@ class JobRecord:
             extra.update(placements=(), packed_with=0, stop_reason="", stop_requested_at=0.0, stop_at_step=0)
         if state.terminal:
             extra.update(next_placements=(), next_packed_with=0)
+        if state == JobState.RUNNING:  # a new attempt: the exit code shown is its own, not the last one's
+            extra["exit_code"] = 0
         extra.update(changes)
         return replace(
             self,

@@ -126,7 +126,7 @@ class RoundLoop:
         in `held` (node id -> what profiling leases hold there): the rounds' input, and, with
         nothing held, what DescribeJob / ListJobs compute a job's proportional share on."""
         whole = tuple(
-            Server(node.id, node.allocatable, pool=node.pool, admin=node.admin_state,
+            Server(node.id, node.allocatable, pool=node.pool, admin=self.nodes.admin_state(node),
                    last_heartbeat_s=self.nodes.last_heard(node.id), gpu_type=node.gpu_type)
             for node in self.ctx.store.nodes()
         )

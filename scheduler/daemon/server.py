@@ -107,8 +107,14 @@ async def build(
     admin: admin_pb2_grpc.AdminServiceServicer,
     jobs: job_pb2_grpc.JobServiceServicer,
     nodes: node_pb2_grpc.NodeServiceServicer,
+    previous_ports: tuple[int, int] = (0, 0),
 ) -> Servers:
-    """Create and bind (not start) the server; must run on the loop that will serve it."""
+    """Create and bind (not start) the server; must run on the loop that will serve it.
+
+    `previous_ports` (port, agent port) are the ones an earlier run with the same state dir
+    picked for `--port 0` / `--agent-port 0`: tried first, so agents and jobs that read the
+    address once find the restarted daemon where it was (a new port only when that one is taken).
+    """
     limit = int(config.max_message_mb * 1024 * 1024)
     server = grpc.aio.server(
         options=[
@@ -125,10 +131,11 @@ async def build(
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = _bind(server, config.host, config.port, _credentials(config, client_auth=False))
+    port = _bind(server, config.host, config.port, _credentials(config, client_auth=False), previous_ports[0])
     agent_port = None
     if config.tls_client_ca is not None:
-        agent_port = _bind(server, config.host, config.agent_port, _credentials(config, client_auth=True))
+        agent_port = _bind(server, config.host, config.agent_port, _credentials(config, client_auth=True),
+                           previous_ports[1])
     return Servers(server, health_servicer, port, agent_port)
 
 
@@ -144,7 +151,13 @@ def _credentials(config: DaemonConfig, client_auth: bool) -> grpc.ServerCredenti
     )
 
 
-def _bind(server: grpc.aio.Server, host: str, port: int, creds: grpc.ServerCredentials | None) -> int:
+def _bind(server: grpc.aio.Server, host: str, port: int, creds: grpc.ServerCredentials | None,
+          previous: int = 0) -> int:
+    if port == 0 and previous:  # --port 0 again: the port of the last run, when it is free
+        try:
+            return _bind(server, host, previous, creds)
+        except BindError:
+            pass
     address = f"{host}:{port}"
     try:
         bound = server.add_secure_port(address, creds) if creds is not None else server.add_insecure_port(address)

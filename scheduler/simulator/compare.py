@@ -7,9 +7,10 @@ GPU-proportional baseline of today's schedulers, or the first mechanism if it is
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from synergy.scheduler.simulator.experiment import Prepared, RunSpec, prepare, simulate
 from synergy.scheduler.simulator.pool import run_parallel
@@ -24,9 +25,10 @@ def _one(task: tuple[Prepared, str]) -> dict[str, Any]:
     return simulate(prep, mechanism).metrics
 
 
-def compare(prep: Prepared, mechanisms: Sequence[str], workers: int = 1) -> list[dict[str, Any]]:
+def compare(prep: Prepared, mechanisms: Sequence[str], workers: int = 1,
+            on_done: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Metrics of each mechanism over the prepared workload, in the order given."""
-    return run_parallel(_one, [(prep, m) for m in mechanisms], workers)
+    return run_parallel(_one, [(prep, m) for m in mechanisms], workers, on_done)
 
 
 def run_compare(spec: RunSpec, mechanisms: Sequence[str], workers: int, as_json: bool,
@@ -34,7 +36,11 @@ def run_compare(spec: RunSpec, mechanisms: Sequence[str], workers: int, as_json:
     prep = prepare(spec)
     if record_trace:
         write_trace(record_trace, prep.workload)
-    rows = compare(prep, mechanisms, workers)
+    # A bar on stderr, as `sweep` has: a compare of the paper's point runs for tens of seconds.
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False) as progress:
+        bar = progress.add_task(f"compare {', '.join(mechanisms)} ({workers} workers)", total=len(mechanisms))
+        rows = compare(prep, mechanisms, workers, lambda i, r: progress.advance(bar))
     for m in rows:
         warn_unfinished(m)
     if as_json:

@@ -57,3 +57,33 @@ def test_logs_tail_rank_and_follow(tmp_path: Path, capsys: pytest.CaptureFixture
         admin.close()
         agent.stop()
         d.kill()
+
+
+# ~1.5 MB/s of numbered lines for 6 s, then a last line; the task lives on.
+FAST = ("import sys, time\nline = 'y' * 1000\nt0 = time.monotonic(); i = 0\n"
+        "while time.monotonic() - t0 < 6:\n"
+        "    for _ in range(150):\n        i += 1; sys.stdout.write(f'{i} {line}\\n')\n"
+        "    sys.stdout.flush(); time.sleep(0.1)\n"
+        "print('LAST LINE', i, flush=True)\ntime.sleep(600)")
+
+
+def test_a_tail_is_answered_from_the_end_of_the_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15 (5): `synergy logs J -n 1` every few seconds of a 1.5 MB/s job showed lines
+    15-20 s old, still after the job printed its last line (a buffer advancing 64 KiB per heartbeat)."""
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "600").start()
+    agent = AgentProcess(d, tmp_path / "work", "fast0", "--cpus", "0", "--memory", "1G", "--sample-interval-s", "0")
+    admin = d.admin()
+    try:
+        agent.start()
+        job = admin.submit("fast", gpus=1, command=(sys.executable, "-u", "-c", FAST), working_dir=str(tmp_path)).id
+        wait_for(lambda: agent.task_log(job), timeout=60, what="the job to start printing")
+        while "LAST LINE" not in agent.task_log(job):  # a reader polling while the job floods
+            code, out, err = _cli(capsys, d, "logs", str(job), "--lines", "1")
+            assert code == 0, err
+        last = [x for x in agent.task_log(job).splitlines() if x.startswith("LAST LINE")][0]
+        code, out, err = _cli(capsys, d, "logs", str(job), "--lines", "1")
+        assert code == 0 and out.strip() == last, (out[:200], last)
+    finally:
+        admin.close()
+        agent.stop()
+        d.kill()

@@ -13,7 +13,7 @@ import pytest
 from agent_harness import alive, cpus_allowed
 from synergy.agent.cgroups import Cgroups, detect
 from synergy.agent.cores import parse_cpu_list
-from synergy.agent.client import task_status
+from synergy.agent.report import task_status
 from synergy.agent.tasks import EXIT_LOST, LAUNCH_FAILED, Phase, Supervisor, TaskKey
 from synergyd_harness import wait_for
 from synergy.v1 import common_pb2, node_pb2

@@ -115,6 +115,8 @@ def test_flags_are_checked(tmp_path: Path) -> None:
     assert "x" * 20 not in repr(cfg)
     assert not cfg.stop_tasks_on_exit and cfg.metrics_port == 0 and cfg.sample_interval_s == 1
     assert from_args([*base, "--metrics-port", "-1", "--stop-tasks-on-exit"]).metrics_port is None
+    assert cfg.task_pids_max == 4096 and not cfg.allow_unenforced and cfg.cgroup_parent == "synergy"
+    assert from_args([*base, "--cgroup-parent", "/team.a/synergy_1/"]).cgroup_parent == "team.a/synergy_1"
     for extra, message in [
         (["--cpus", "9999"], "^--cpus: cores 9999 are not available"),
         (["--cpus", "0", "--reserve-cpus", "1"], "^--reserve-cpus"),
@@ -124,6 +126,12 @@ def test_flags_are_checked(tmp_path: Path) -> None:
         (["--metrics-port", "70000"], "^--metrics-port"),
         (["--sample-interval-s", "-1"], "^--sample-interval-s"),
         (["--bandwidth-calibration-s", "nan"], "^--bandwidth-calibration-s"),
+        # issue 15: a parent that escapes the cgroup tree made every launch fail with 127
+        (["--cgroup-parent", ".."], "^--cgroup-parent: '..' must be a relative path"),
+        (["--cgroup-parent", "a/../../b"], "^--cgroup-parent"),
+        (["--cgroup-parent", "a//b"], "^--cgroup-parent"),
+        (["--cgroup-parent", "a/./b"], "^--cgroup-parent"),
+        (["--task-pids-max", "-1"], "^--task-pids-max"),
     ]:
         with pytest.raises(ConfigError, match=message):
             from_args([*base, *extra])

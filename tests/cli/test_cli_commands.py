@@ -163,6 +163,13 @@ def test_nodes_loan_and_reclaim(cli, synergyd) -> None:
     assert [(n["node_id"], n["pool"]) for n in back["nodes"]] == [("inf-a", "inference")]
     assert back["preempted_job_ids"] == [] and back["shrunk"] == []
     assert "inf-a" in cli("nodes").out  # the plain listing still works beside the verbs
+    # Issue 15 (7): status said "free N GPU" while jobs waited, the free node being in the
+    # inference pool, which only --json showed. The tables name the pools now.
+    header, *rows = [line.split() for line in cli("nodes").out.splitlines() if line.strip()]
+    assert header[:4] == ["NODE", "STATE", "TYPE", "POOL"]
+    assert [r[3] for r in rows if r[0] == "inf-a"] == ["inference"]
+    free = [line for line in cli("status").out.splitlines() if line.strip().startswith("free")]
+    assert free and "inference" in free[0], cli("status").out
 
 
 def test_status_and_runtime_policy_change(cli) -> None:

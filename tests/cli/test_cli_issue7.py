@@ -26,7 +26,10 @@ def test_submit_kind_cpu_and_describe(cli) -> None:
     r = cli("describe", "cpu7")
     assert r.code == 0 and "cpu" in r.out and "request" in r.out
     r = cli("submit", "--name", "cpu8", "--kind", "cpu", "--", "python", "-c", "pass")
-    assert r.code != 0 and "spec.cpus_hint" in r.err and "Traceback" not in r.err
+    assert r.code != 0 and "spec.cpus_hint (--cpus)" in r.err and "Traceback" not in r.err
+    # issue 15 (7): the missing request names its flag, not the spec file's key (memory_gb)
+    r = cli("submit", "--name", "cpu8", "--kind", "cpu", "--cpus", "1", "--", "python", "-c", "pass")
+    assert r.code != 0 and "spec.mem_gb_hint (--memory-gb): must be given" in r.err, r.err
     r = cli("submit", "--name", "cpu9", "--kind", "cpu", "--gpus", "1", "--cpus", "1", "--memory-gb", "1",
             "--", "python", "-c", "pass")
     assert r.code != 0 and "spec.gpus" in r.err

@@ -113,7 +113,7 @@ def test_live_types_loanable_and_refusals(cluster, capsys: pytest.CaptureFixture
     nodes = _cli(capsys, d, "nodes")
     assert nodes.code == 0
     header, row = nodes.out.splitlines()[:2] if "TYPE" in nodes.out.splitlines()[0] else nodes.out.splitlines()[1:3]
-    assert header.split()[:3] == ["NODE", "STATE", "TYPE"] and row.split()[0] == "t4-node" and row.split()[2] == "T4"
+    assert header.split()[:4] == ["NODE", "STATE", "TYPE", "POOL"] and row.split()[0] == "t4-node" and row.split()[2] == "T4"
     listed = json.loads(_cli(capsys, d, "--json", "nodes").out)["nodes"]
     assert [(n["node_id"], n["gpu_type"]) for n in listed] == [("t4-node", "T4")]
     assert "agent.started" in agent.log_text() and "gpu_type=T4" in agent.log_text()

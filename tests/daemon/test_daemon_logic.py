@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from synergy.scheduler.daemon.app import Logic
 from synergy.scheduler.daemon.clock import ManualClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
-from synergy.scheduler.daemon.errors import FailedPrecondition, PermissionDenied
+from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from synergy.scheduler.daemon.leases import LeaseAction
 from synergy.scheduler.daemon.live import ObservedTask, TaskKey, TaskPhase
 from synergy.scheduler.daemon.profiles import ProfileBook
@@ -169,6 +170,8 @@ def test_node_lost_requeues_its_jobs_and_comes_back(logic: Logic) -> None:
     assert state(logic, job) == JobState.QUEUED
     assert "node n lost" in logic.jobs.get(job).history[-2].reason
     assert logic.nodes.list()[0].state == "lost"
+    # issue 15 (7): the reason read "no heartbeat since 1795578374"; a person reads a UTC time
+    assert re.fullmatch(r"no heartbeat since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", logic.nodes.list()[0].reason)
     round_(logic)  # nowhere to go
     assert "no schedulable node" in logic.jobs.get(job).waiting_reason
     reply = node.heartbeat()  # back: the stale task is stopped, the node is ready
@@ -350,3 +353,17 @@ def test_renewals_that_change_nothing_never_write_the_database(tmp_path: Path) -
     assert logic.leases.renew(job, job, 1, 0, 201, 320, 10).action == LeaseAction.STOP
     assert store._db.total_changes > written  # the stop step is committed before it is told
     store.close()
+
+
+def test_a_checkpoint_step_far_past_the_renewals_is_refused(logic: Logic) -> None:
+    """Issue 15 (6): ReportCheckpoint accepted step 99999 of a job that had renewed at step 100."""
+    node = SimNode(logic, "a", gpus=1)
+    job = submit(logic, "honest", gpus=1)
+    round_(logic)
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    logic.leases.renew(job, job, 1, 0, step=100, samples_per_s=10, steps_per_s=10)
+    with pytest.raises(InvalidArgument, match="^step: 99999 is past what job"):
+        logic.leases.report_checkpoint(job, job, 1, 99999, "/ckpt/forged")
+    assert logic.jobs.get(job).checkpoint_step == 0  # nothing changed
+    assert logic.leases.report_checkpoint(job, job, 1, 120, "/ckpt/ok") == 120  # a plausible one is kept

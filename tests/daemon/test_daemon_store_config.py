@@ -151,6 +151,10 @@ def test_pairs_file_is_checked_at_start(tmp_path: Path) -> None:
     none.write_text('{"format": "synergy-profile/v1", "models": {}}')
     with pytest.raises(ConfigError, match=r"^--pairs .*none\.json: the file has no 'pairs' list"):
         load_config([*state, "--pairs", str(none)])
+    empty = tmp_path / "empty.json"  # issue 15 (7): an empty list was reported as missing
+    empty.write_text('{"format": "synergy-profile/v1", "models": {}, "pairs": []}')
+    with pytest.raises(ConfigError, match=r"^--pairs .*empty\.json: its 'pairs' list is empty"):
+        load_config([*state, "--pairs", str(empty)])
     bad = tmp_path / "bad.json"
     bad.write_text('{"pairs": [{"models": ["a", "b"], "throughput": [0.7, 2]}]}')
     with pytest.raises(ConfigError, match=r"^--pairs: .*bad\.json: pairs\[0\]"):
@@ -160,3 +164,12 @@ def test_pairs_file_is_checked_at_start(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text('{"pairs": [{"models": ["a", "b"], "throughput": [0.7, 0.6]}]}')
     assert load_config([*state, "--pairs", str(good)]).pairs == good
+
+
+def test_a_new_attempt_does_not_show_the_last_attempts_exit_code() -> None:
+    """Issue 15 (6): `synergy describe` of a job that SUCCEEDED (ReportCompletion) after a drain
+    showed `exit code 75`, the drained attempt's."""
+    drained = a_job().to(JobState.PREEMPTED, "drained", 14, exit_code=75).to(JobState.QUEUED, "q", 15)
+    assert drained.exit_code == 75  # while it waits, the last exit is what there is to show
+    again = drained.to(JobState.RUNNING, "r", 16, placements=(Placement("n1", 2, 6.5, 40.0),), attempt=2)
+    assert again.to(JobState.SUCCEEDED, "training finished", 17).exit_code == 0

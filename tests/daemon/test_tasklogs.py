@@ -5,7 +5,8 @@ from pathlib import Path
 
 from synergy.agent import logrelay
 from synergy.scheduler.daemon.live import TaskKey
-from synergy.scheduler.daemon.tasklogs import RING_BYTES, LogChunk, TaskLogs, last_lines
+from synergy.scheduler.daemon.tasklogs import (CATCH_UP_CHUNKS, LOG_CHUNK_BYTES, RING_BYTES, LogChunk, TaskLogs,
+                                               last_lines)
 from synergy.v1 import node_pb2
 
 K = TaskKey(1, 1, 0)
@@ -18,8 +19,8 @@ def test_requests_only_while_wanted_then_from_the_end() -> None:
     (first,) = logs.requests("n", 1.0)
     assert first.tail and logs.requests("other", 1.0) == []
     logs.receive("n", [LogChunk(K, 100, b"abc\n", eof=True)])
-    (nxt,) = logs.requests("n", 2.0)
-    assert (nxt.tail, nxt.offset) == (False, 104)
+    nxt = logs.requests("n", 2.0)
+    assert [(r.tail, r.offset) for r in nxt] == [(False, 104 + i * LOG_CHUNK_BYTES) for i in range(CATCH_UP_CHUNKS)]
     logs.receive("n", [LogChunk(K, 104, b"def\n", eof=True), LogChunk(K, 100, b"abc\n", eof=True)])  # stale dup
     assert bytes(logs.get(K).data) == b"abc\ndef\n" and logs.get(K).start == 100
     logs.receive("evil", [LogChunk(K, 108, b"forged", eof=True)])  # another node's answer is ignored
@@ -30,6 +31,7 @@ def test_requests_only_while_wanted_then_from_the_end() -> None:
 def test_ring_keeps_the_newest_bytes() -> None:
     logs = TaskLogs()
     logs.want(K, "n", 0.0)
+    logs.requests("n", 0.0)
     big = b"x" * (RING_BYTES - 10)
     logs.receive("n", [LogChunk(K, 0, big, eof=False)])
     logs.receive("n", [LogChunk(K, len(big), b"0123456789abcdef", eof=True)])
@@ -55,3 +57,50 @@ def test_agent_reads_are_bounded_and_say_what_is_missing(tmp_path: Path) -> None
     assert (mid.offset, mid.data, mid.eof) == (5, b"yyy", False)
     assert missing.error == "no such task on this node"
     assert len(logrelay.answer([reqs[1]] * 100, lambda r: f)) == logrelay.MAX_CHUNKS
+
+
+def _following(end: int = 100) -> TaskLogs:
+    logs = TaskLogs()
+    logs.want(K, "n", 0.0)
+    logs.requests("n", 0.0)
+    logs.receive("n", [LogChunk(K, 0, b"a" * end, eof=True)])
+    return logs
+
+
+def test_a_fresh_reader_gets_the_end_of_the_file_not_the_held_bytes() -> None:
+    """Issue 15 (5): `logs -n 1` every few seconds was answered from a buffer that advanced
+    64 KiB per heartbeat, so it showed lines 15-20 s old."""
+    logs = _following()
+    before = logs.get(K).tails
+    logs.want(K, "n", 1.0, fresh=True)
+    logs.receive("n", [LogChunk(K, 100, b"old\n", eof=False)])  # an earlier request's answer
+    (req,) = logs.requests("n", 1.0)
+    assert req.tail  # asked from the end of the file, not from what is held
+    assert logs.get(K).tails == before
+    logs.receive("n", [LogChunk(K, 9_000_000, b"newest line\n", eof=True)])
+    log = logs.get(K)
+    assert log.tails == before + 1 and bytes(log.data).endswith(b"newest line\n") and log.end == 9_000_012
+
+
+def test_a_follower_that_falls_behind_jumps_to_the_end_and_says_what_it_skipped() -> None:
+    """Issue 15 (5): `logs -f` relayed 64 KiB per heartbeat of a 1.5 MB/s job and never caught up."""
+    logs = _following()
+    asked = logs.requests("n", 1.0)
+    chunk = b"b" * LOG_CHUNK_BYTES
+    logs.receive("n", [LogChunk(K, r.offset, chunk, eof=False) for r in asked])  # still more behind
+    (jump,) = logs.requests("n", 2.0)
+    assert jump.tail
+    logs.receive("n", [LogChunk(K, 5_000_000, b"latest\n", eof=True)])
+    log = logs.get(K)
+    assert log.epoch == 1 and log.start == 5_000_000 and "bytes of output skipped" in log.gap
+    assert [r.tail for r in logs.requests("n", 3.0)] == [False] * CATCH_UP_CHUNKS  # caught up: follow on
+
+
+def test_a_rotated_log_is_read_again_from_its_end() -> None:
+    logs = _following(end=5000)
+    logs.requests("n", 1.0)
+    logs.receive("n", [LogChunk(K, 40, b"", eof=True)])  # the file is shorter than what is held
+    (req,) = logs.requests("n", 2.0)
+    assert req.tail
+    logs.receive("n", [LogChunk(K, 0, b"[synergy: log reached its cap ...]\nnew\n", eof=True)])
+    assert logs.get(K).epoch == 1 and "rotated" in logs.get(K).gap

@@ -8,7 +8,11 @@ covered: a pipeline built from the saved DALI checkpoint, and one that is not (r
 
 from __future__ import annotations
 
+import atexit
+import gc
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -24,6 +28,21 @@ from nvidia.dali import fn, pipeline_def  # noqa: E402
 from nvidia.dali.plugin.pytorch import DALIGenericIterator  # noqa: E402
 
 N, B, EPOCHS = 12, 4, 3  # 3 batches an epoch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_iterators() -> Iterator[None]:
+    """Each SynergyIterator hooks the process's exit (atexit, sys.excepthook, sys.exit), as a
+    job's one iterator should; here a process makes dozens, and those hooks kept every DALI
+    pipeline alive until interpreter exit, when `Pipeline.__del__` ran without DALI's module
+    globals and printed "'NoneType' object is not callable" after pytest's summary (issue 15).
+    The hooks are undone after the module's tests and the pipelines collected while DALI is whole."""
+    with pytest.MonkeyPatch.context() as patch:  # module scope: `reference` makes iterators too
+        patch.setattr(sys, "excepthook", sys.excepthook)
+        patch.setattr(sys, "exit", sys.exit)
+        patch.setattr(atexit, "register", lambda func, *a, **kw: func)
+        yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")

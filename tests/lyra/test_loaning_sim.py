@@ -121,7 +121,10 @@ def test_sim_reports_loaning_metrics_with_a_csv_demand(tmp_path: Path):
                "--json")
     assert proc.returncode == 0, proc.stderr
     m = json.loads(proc.stdout)
-    assert m["loans"] >= 2 and m["reclaims"] >= 2 and m["preemptions"] >= 0 and m["shrinks"] >= 0
+    assert m["loans"] >= 2 and m["reclaims"] >= 2
+    # The reclaims find jobs on the loaned servers (this seeded run: 1 preempted, 0 shrunk): a
+    # reclaim that moved nobody would be a bug (issue 15: `>= 0` could never fail).
+    assert m["preemptions"] + m["shrinks"] >= 1, m
     assert 0 < m["loaned_gpu_util"] <= 1 and m["p95_queue_delay_h"] is not None
     assert m["inference_servers"] == 2 and m["elastic_share"] == 0.3
 

@@ -8,7 +8,6 @@ node the task was placed on; the others are ignored, logged and counted on /metr
 from __future__ import annotations
 
 import threading
-import time
 import urllib.request
 
 from synergyd_harness import RPC_TIMEOUT, channel, md, wait_for
@@ -70,18 +69,19 @@ def test_a_node_cannot_hold_up_a_job_placed_on_another_node(start_daemon, start_
     forged = node_pb2.TaskStatus(
         ref=node_pb2.TaskRef(job_id=job.id, attempt=info.attempt, rank=0), state=node_pb2.TASK_STATE_RUNNING, pid=1
     )
-    done = threading.Event()
+    done, delivered = threading.Event(), threading.Event()
 
     def keep_reporting() -> None:
         while not done.is_set():
             stub.Heartbeat(node_pb2.HeartbeatRequest(node_id="thief", tasks=[forged], instance_id="thief-1"),
                            metadata=auth, timeout=RPC_TIMEOUT)
+            delivered.set()  # the daemon answered: the forged report is in its observed state
             done.wait(0.05)
 
     reporter = threading.Thread(target=keep_reporting, daemon=True)
     reporter.start()
     try:
-        time.sleep(0.5)  # the forged report is in the daemon's observed state
+        assert delivered.wait(30), "the forged heartbeat was never answered"
         admin.DrainNode(admin_pb2.DrainNodeRequest(node_id="owner", reason="maintenance"))
         wait_for(lambda: admin.state(job.id) == "queued", timeout=60, what="the drained job to be requeued")
     finally:

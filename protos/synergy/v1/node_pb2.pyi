@@ -200,18 +200,20 @@ class RegisterNodeResponse(_message.Message):
     def __init__(self, heartbeat_interval_s: _Optional[float] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., instructions: _Optional[_Iterable[_Union[Instruction, _Mapping]]] = ..., daemon_version: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "telemetry", "tasks", "instance_id", "log_chunks")
+    __slots__ = ("node_id", "telemetry", "tasks", "instance_id", "log_chunks", "not_ready_reason")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TELEMETRY_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     LOG_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     telemetry: _common_pb2.NodeTelemetry
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
     instance_id: str
     log_chunks: _containers.RepeatedCompositeFieldContainer[LogChunk]
-    def __init__(self, node_id: _Optional[str] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., instance_id: _Optional[str] = ..., log_chunks: _Optional[_Iterable[_Union[LogChunk, _Mapping]]] = ...) -> None: ...
+    not_ready_reason: str
+    def __init__(self, node_id: _Optional[str] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., instance_id: _Optional[str] = ..., log_chunks: _Optional[_Iterable[_Union[LogChunk, _Mapping]]] = ..., not_ready_reason: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("heartbeat_interval_s", "instructions", "forget", "state", "state_reason", "log_requests", "progress")

@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def status(args: argparse.Namespace, connect: Connect) -> Result:
     with connect() as client:
         st = client.call("GetClusterStatus", admin_pb2.GetClusterStatusRequest())
+        nodes = list(client.call("ListNodes", admin_pb2.ListNodesRequest()).nodes)
     counts = {enum_word(common_pb2.JobState.DESCRIPTOR, c.state): c.count for c in st.job_counts}
     data = to_plain(st)
     data["job_counts"] = counts
@@ -48,7 +49,7 @@ def status(args: argparse.Namespace, connect: Connect) -> Result:
         ("nodes", f"{st.nodes_ready} ready of {st.nodes_total}"),
         ("capacity", fmt_resources(st.capacity.gpus, st.capacity.cpus, st.capacity.mem_gb)),
         ("allocated", fmt_resources(st.allocated.gpus, st.allocated.cpus, st.allocated.mem_gb)),
-        ("free", fmt_resources(st.free.gpus, st.free.cpus, st.free.mem_gb)),
+        ("free", fmt_resources(st.free.gpus, st.free.cpus, st.free.mem_gb) + _free_by_pool(nodes)),
         ("jobs", ", ".join(f"{n} {s}" for s, n in counts.items()) or "none"),
         ("max job size", f"{st.max_job_gpus} GPUs"),
         ("cpu array", array_settings.describe(st.cpu_array.borrow_fraction, st.cpu_array.trim_training)
@@ -56,6 +57,17 @@ def status(args: argparse.Namespace, connect: Connect) -> Result:
         ("daemon", f"{st.daemon_version or '?'} up since {fmt_time(st.started_at_unix_s)}"),
     ])
     return Result(data, summary)
+
+
+def _free_by_pool(nodes: list[admin_pb2.NodeInfo]) -> str:
+    """" (training 0 GPU, inference 4 GPU)" when any node is outside the training pool: a job
+    waits "0 left" while GPUs are free in a pool it may not use (issue 15)."""
+    free: dict[str, float] = {}
+    for n in nodes:
+        free[n.pool or "training"] = free.get(n.pool or "training", 0.0) + n.free.gpus
+    if set(free) <= {"training"}:
+        return ""
+    return " (" + ", ".join(f"{pool} {fmt_num(gpus)} GPU" for pool, gpus in sorted(free.items())) + ")"
 
 
 def policy_show(args: argparse.Namespace, connect: Connect) -> Result:

@@ -164,6 +164,8 @@ def _spec_from(args: argparse.Namespace, overrides: dict[str, Any], labels: dict
             return load_spec(args.spec, overrides=overrides, labels=labels)
         if flag_env:
             labels["env"] = "--env"
+        for key, flag in SPEC_FLAGS.items():  # a field missing from the command line: name its flag
+            labels.setdefault(key, flag)
         needed = ("name", "command") if overrides.get("kind") == "cpu" else ("name", "gpus", "command")
         missing = [f for f in needed if f not in overrides]
         if missing:

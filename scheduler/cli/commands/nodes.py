@@ -64,7 +64,7 @@ def list_nodes(args: argparse.Namespace, connect: Connect) -> Result:
         nodes = list(client.call("ListNodes", admin_pb2.ListNodesRequest()).nodes)
     wide = getattr(args, "wide", False)
     rows = [
-        (n.node_id, state_text(_state(n)), n.gpu_type or "-",
+        (n.node_id, state_text(_state(n)), n.gpu_type or "-", n.pool or "-",
          f"{fmt_num(n.free.gpus)}/{fmt_num(n.allocatable.gpus)}",
          f"{fmt_num(n.free.cpus)}/{fmt_num(n.allocatable.cpus)}",
          f"{fmt_num(n.free.mem_gb)}/{fmt_num(n.allocatable.mem_gb)}",
@@ -76,7 +76,7 @@ def list_nodes(args: argparse.Namespace, connect: Connect) -> Result:
          "; ".join(x for x in (MEMORY_NOT_ENFORCED if memory_unenforced(n) else "", n.state_reason) if x))
         for n in nodes
     ]
-    columns = ["NODE", "STATE", "TYPE", "FREE GPUS", "FREE CPUS", "FREE GB", "CPU", "MEM BW/PEAK",
+    columns = ["NODE", "STATE", "TYPE", "POOL", "FREE GPUS", "FREE CPUS", "FREE GB", "CPU", "MEM BW/PEAK",
                *(WIDE_COLUMNS if wide else ()), "JOBS", "HEARTBEAT", "REASON"]
     view = table(None, columns, rows) if rows else Text("no nodes registered")
     return Result({"nodes": [to_plain(n) for n in nodes]}, view)

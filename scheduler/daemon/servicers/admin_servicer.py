@@ -122,7 +122,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         key = TaskKey(job.id, job.attempt, request.rank)
         # The first answer takes one or two heartbeats; a node that sends nothing is reported.
         patience = max(10.0, 4 * ctx.config.heartbeat_interval_s)
-        deadline, sent_to = time.monotonic() + patience, -1
+        deadline, sent_to, sent_epoch, tails = time.monotonic() + patience, -1, 0, -1
         while True:
             with ctx.lock:
                 found = find_task(ctx.live.nodes, key)
@@ -136,10 +136,16 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
                 # Launched but not reported yet: ask the node it is placed on.
                 node_id = found[0] if found is not None else log.node_id if log is not None else (
                     job.placements[request.rank].server_id)
-                log = ctx.task_logs.want(key, node_id, ctx.clock.now(), refresh=found is not None)
+                # The first look of a reader asks for the end of the file as it is now, never
+                # what an earlier reader's buffer held (tasklogs.py).
+                log = ctx.task_logs.want(key, node_id, ctx.clock.now(), refresh=found is not None,
+                                         fresh=tails < 0)
+                if tails < 0:
+                    tails = log.tails + 1
                 ended = found[1].phase == TaskPhase.EXITED if found is not None else not placed
-                answered, error, start, data, drained = (
-                    log.answered, log.error, log.start, bytes(log.data), log.drained)
+                answered = log.answered and (log.tails >= tails or sent_to >= 0)
+                error, start, data, drained, epoch, gap = (
+                    log.error, log.start, bytes(log.data), log.drained, log.epoch, log.gap)
             if answered and error and (ended or drained) and sent_to >= 0:
                 return  # the agent let go of the task after its exit: nothing more to read
             if answered and error:
@@ -147,9 +153,12 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
             if answered and sent_to < 0:
                 yield admin_pb2.LogData(data=last_lines(data, request.lines or DEFAULT_LOG_LINES),
                                         node_id=node_id, attempt=job.attempt)
-                sent_to = start + len(data)
+                sent_to, sent_epoch = start + len(data), epoch
                 if not request.follow:
                     return
+            elif answered and epoch != sent_epoch:  # the relay jumped: say so, then go on from there
+                yield admin_pb2.LogData(data=f"\n[synergy: {gap}]\n".encode() + data)
+                sent_to, sent_epoch = start + len(data), epoch
             elif answered and start + len(data) > sent_to:
                 yield admin_pb2.LogData(data=data[max(0, sent_to - start):])
                 sent_to = start + len(data)

@@ -82,6 +82,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
             self._tasks(list(request.tasks), request.node_id),
             request.instance_id,
             [convert.log_chunk_from_msg(c) for c in request.log_chunks],
+            validation.text(request.not_ready_reason, "not_ready_reason"),
         )
         instructions, forget = self._reply(reply)
         return node_pb2.HeartbeatResponse(
