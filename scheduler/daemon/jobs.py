@@ -223,7 +223,12 @@ class JobBook:
         if job.state == JobState.PROFILING:
             return self._profiling_ended(job, reason, now)
         nxt, packed = job.next_placements, job.next_packed_with
-        job = self.with_progress(job).to(JobState.PREEMPTED, reason, now, preemptions=job.preemptions + 1)
+        job = self.with_progress(job)
+        if not job.stopping:  # lost: what it trained since its last checkpoint is gone
+            reason += (f"; resumes from the checkpoint of step {job.checkpoint_step}"
+                       if job.checkpoint_path else "; no checkpoint: restarts from the beginning")
+            reason += f", {max(0, job.steps_done - job.checkpoint_step)} steps lost"
+        job = job.to(JobState.PREEMPTED, reason, now, preemptions=job.preemptions + 1)
         job = job.to(JobState.QUEUED, "back in the queue", now)
         self.ctx.live.jobs.pop(job.id, None)
         event(self.ctx.log, "job.preempted", job=job.id, reason=reason)
