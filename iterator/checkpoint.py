@@ -59,26 +59,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _kind(exc: BaseException, directory: Path, needed: int) -> str:
-    """FULL / READ_ONLY / OTHER for a failed write. torch's zip writer reports ENOSPC as a
-    RuntimeError ("unexpected pos"), so a full disk is also recognised by its free space."""
-    err = getattr(exc, "errno", None)
-    if err in (errno.ENOSPC, errno.EDQUOT):
-        return FULL
-    if err == errno.EROFS:
-        return READ_ONLY
+def _kind(exc: BaseException | None, directory: Path) -> str:
+    """FULL / READ_ONLY / OTHER for a failed write (called before the temp file is removed).
+    torch's zip writer reports ENOSPC as a RuntimeError ("unexpected pos"), hiding the OSError,
+    so a full disk is also recognised by its free space (under 1 MiB left)."""
+    while exc is not None:
+        err = getattr(exc, "errno", None)
+        if err in (errno.ENOSPC, errno.EDQUOT):
+            return FULL
+        if err == errno.EROFS:
+            return READ_ONLY
+        exc = exc.__cause__ or exc.__context__
     try:
-        free = shutil.disk_usage(directory).free
+        return FULL if shutil.disk_usage(directory).free < (1 << 20) else OTHER
     except OSError:
         return OTHER
-    return FULL if free < max(needed, 1 << 20) else OTHER
 
 
 def atomic_save(obj: Any, path: Path) -> int:
     """Write `obj` to `path` atomically (temp, fsync, rename, fsync dir); returns bytes written.
     On any failure the temp file is removed and CheckpointError raised."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    size = 0
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _fsync_dir(path.parent.parent)
@@ -91,11 +92,12 @@ def atomic_save(obj: Any, path: Path) -> int:
         _fsync_dir(path.parent)
         return size
     except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError for I/O errors too
+        kind = _kind(exc, path.parent if path.parent.exists() else path.parent.parent)
         try:
             tmp.unlink(missing_ok=True)
+            path.parent.rmdir()  # a step dir this write left empty (another rank's file: kept)
         except OSError:
             pass
-        kind = _kind(exc, path.parent if path.parent.exists() else path.parent.parent, size)
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:200]
         raise CheckpointError(f"{kind}: cannot write checkpoint {path}: {detail}", kind) from None
 
