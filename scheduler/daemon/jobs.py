@@ -275,6 +275,8 @@ class JobBook:
             if others_running:
                 return job
             where = f"; resumes from step {job.checkpoint_step}" if job.checkpoint_path else ""
+            if job.checkpoint_error:  # the stop's own checkpoint could not be written
+                where += f" (its last checkpoint write failed: {job.checkpoint_error})"
             return self.preempt(replace(job, exit_code=code), f"{job.stop_reason}{where}")
         if code == 0:
             if others_running:
