@@ -80,6 +80,8 @@ class SynergyIterator:
         self._periodic_seen = 0
         self.periodic_written = self.periodic_skipped = self.periodic_failed = 0
         self.snapshot_s = 0.0
+        #: The last periodic snapshot, whose tensors the next one is copied into (not busy then).
+        self._snapshot_buffer: Any = None
         if contract.JOB_ID not in env_map:
             _say("no synergy-agent contract in the environment: running standalone "
                  "(no lease, no checkpoints)")
@@ -357,7 +359,7 @@ class SynergyIterator:
                  "is still being written")
             return
         t = time.monotonic()
-        data = snapshot_copy(self._snapshot())
+        data = self._snapshot_buffer = snapshot_copy(self._snapshot(), self._snapshot_buffer)
         self.snapshot_s += time.monotonic() - t
         path = checkpoint.rank_file(checkpoint.step_dir(self.env.checkpoint_dir, lease.step), self.env.rank)
         writer.submit(lease.step, data, path)

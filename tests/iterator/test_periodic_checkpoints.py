@@ -249,3 +249,24 @@ def test_kill_9_during_a_background_write_leaves_the_previous_checkpoint_loadabl
         assert done, "no loadable checkpoint left"
         data = checkpoint.load(checkpoint.step_dir(ckpt, done[-1]), 0)
         assert data["position"]["step"] == done[-1] and data["state"]["m"]["b"].numel() == 16_000_000
+
+
+def test_a_snapshot_is_a_copy_and_the_next_one_reuses_its_buffers() -> None:
+    from synergy.iterator.background import snapshot_copy
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "pos": {"step": 3}}
+    first = snapshot_copy(state)
+    with torch.no_grad():
+        model.weight.add_(1.0)  # training goes on after the snapshot
+    assert not torch.equal(first["model"]["weight"], model.weight)
+    assert hasattr(first["model"], "_metadata")  # a module state_dict's version info survives
+    ptr = first["model"]["weight"].data_ptr()
+    second = snapshot_copy({"model": model.state_dict(), "opt": opt.state_dict(), "pos": {"step": 4}}, first)
+    assert second["model"]["weight"].data_ptr() == ptr and torch.equal(second["model"]["weight"], model.weight)
+    assert second["pos"]["step"] == 4
+    opt2 = torch.optim.Adam(torch.nn.Linear(4, 2).parameters())
+    opt2.load_state_dict(second["opt"])
