@@ -83,7 +83,7 @@ def train_for(directory: Path, seconds: float, every: float, state_mb: int) -> t
     env = JobEnv(job_id=1, attempt=1, rank=0, world_size=1, daemon_address="127.0.0.1:1", job_token="t",
                  checkpoint_dir=str(directory)).to_env()
     a, b = torch.randn(192, 192), torch.randn(192, 192)
-    batches = [0] * 10**8
+    batches = range(10**9)  # re-iterable, nothing held in memory
     it = SynergyIterator(batches, state={"ballast": Ballast(state_mb)}, environ=env)
     lease = it.lease
     assert lease is not None
