@@ -1,6 +1,6 @@
 """Periodic background checkpoints: write speed against dd, training slowdown, steps lost on a lost node.
 
-    .venv/bin/python benchmarks/checkpoints.py                      # the full run (quiet machine, ~6 min)
+    .venv/bin/python benchmarks/checkpoints.py                      # the full run (quiet machine, ~8 min)
     .venv/bin/python benchmarks/checkpoints.py --short              # one quick pass of each (~1.5 min)
 
 * **write speed** (target: >= 0.75x dd): `checkpoint.atomic_save` of a --write-mb state (1 GB:
