@@ -123,8 +123,8 @@ def test_a_full_disk_during_a_background_write_keeps_training(tmpfs: Path, capfd
 def test_a_full_disk_at_a_stop_exits_75_without_a_new_checkpoint(tmpfs: Path, capfd: pytest.CaptureFixture[str]) -> None:
     model = torch.nn.Linear(4, 1)
     it = wrap(env(tmpfs), {"model": model, "ballast": Ballast(10)})
-    # a periodic checkpoint at step 3 (10 MB) fits; the stop's at step 6 does not (its
-    # own 10 MB plus the stray temp file the old code left)
+    # 24 MB: 5 MB of filler and a periodic checkpoint at step 3 (10 MB) fit; the stop's at
+    # step 6 (10 MB more) does not
     (tmpfs / "filler").write_bytes(b"\0" * (5 * 2**20))
     code = 0
     it.lease.stop_at = 6
@@ -138,7 +138,7 @@ def test_a_full_disk_at_a_stop_exits_75_without_a_new_checkpoint(tmpfs: Path, ca
     err = capfd.readouterr().err
     assert code == 75, err
     assert "checkpoint dir full" in err and "resumes from its last good one" in err
-    assert checkpoint.steps(tmpfs) == [3] or not checkpoint.complete(checkpoint.step_dir(tmpfs, 6), 1)
+    assert checkpoint.steps(tmpfs) == [3]  # the last good one; the failed stop left no step dir
     assert not [p for p in tmpfs.rglob("*") if p.name.endswith(".tmp")]
 
 
@@ -270,3 +270,25 @@ def test_a_snapshot_is_a_copy_and_the_next_one_reuses_its_buffers() -> None:
     assert second["pos"]["step"] == 4
     opt2 = torch.optim.Adam(torch.nn.Linear(4, 2).parameters())
     opt2.load_state_dict(second["opt"])
+
+
+def test_a_read_only_disk_at_a_stop_exits_75_and_the_relaunch_fails_clearly_at_start(
+        tmpfs: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    model = torch.nn.Linear(4, 1)
+    it = wrap(env(tmpfs), {"model": model})
+    it.lease.checkpoint_at, it.lease.stop_at = 2, 5
+    code = 0
+    try:
+        for _ in it:
+            if it.lease.step == 4:
+                it.writer.wait()  # the periodic checkpoint of step 2 is on disk, then the fs turns read-only
+                subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    it.lease.close()
+    err = capfd.readouterr().err
+    assert code == 75 and "checkpoint dir read-only" in err, err
+    assert checkpoint.steps(tmpfs) == [2]
+    with pytest.raises(SystemExit) as exc:  # the relaunch, resuming from step 2, cannot write there
+        wrap(env(tmpfs, 2, str(checkpoint.step_dir(tmpfs, 2))), {"model": torch.nn.Linear(4, 1)})
+    assert exc.value.code == 1 and "is not writable: Read-only file system" in capfd.readouterr().err
