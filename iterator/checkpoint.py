@@ -83,6 +83,8 @@ def atomic_save(obj: Any, path: Path) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _fsync_dir(path.parent.parent)
+        # (the setting is process-wide while it is patched: a save the script makes at the same
+        # moment in another thread skips CRC32 too, which torch.load does not need)
         with open(tmp, "wb") as f, torch_serialization.config.patch({"save.compute_crc32": False}):
             torch.save(obj, f)
             f.flush()
