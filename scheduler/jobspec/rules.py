@@ -130,7 +130,7 @@ def checkpoint_every_s(value: float, field: str = "spec.checkpoint_every_s", cpu
     default (--checkpoint-every-s) goes through the same rule."""
     low, high = CHECKPOINT_EVERY_S_RANGE
     if value != 0 and not (math.isfinite(value) and low <= value <= high):
-        raise SpecError(field, f"must be 0 (the cluster default) or from {low:g} to {high:g} seconds, got {value}")
+        raise SpecError(field, f"must be 0 or from {low:g} to {high:g} seconds, got {value}")
     if value and cpu_only:
         raise SpecError(field, "a CPU-only job is a plain command without the iterator: it takes no checkpoints")
     return value

@@ -202,7 +202,7 @@ def test_flags_override_and_merge_into_the_file(tmp_path: Path, capsys: pytest.C
      "spec.gpus (--gpus): must lie in the elastic range 4..8, got 2"),
     (["--name", "a", "--gpus", "x"], "argument --gpus: invalid int value"),
     (["--name", "a", "--gpus", "1", "--checkpoint-every", "0.5", "--checkpoint-dir", "c", "--command", "x"],
-     "spec.checkpoint_every_s (--checkpoint-every): must be 0 (the cluster default) or from 1 to 604800"),
+     "spec.checkpoint_every_s (--checkpoint-every): must be 0 or from 1 to 604800"),
     (["--name", "a", "--gpus", "1", "--checkpoint-every", "30", "--command", "x"],
      "spec.checkpoint_every_s (--checkpoint-every): needs checkpoint_dir"),
 ])

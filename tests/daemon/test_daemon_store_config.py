@@ -160,3 +160,12 @@ def test_pairs_file_is_checked_at_start(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text('{"pairs": [{"models": ["a", "b"], "throughput": [0.7, 0.6]}]}')
     assert load_config([*state, "--pairs", str(good)]).pairs == good
+
+
+def test_checkpoint_every_s_from_the_toml_and_its_range(tmp_path: Path) -> None:
+    assert load_config(["--state-dir", str(tmp_path)]).checkpoint_every_s == 0.0  # none unless set
+    toml = tmp_path / "d.toml"
+    toml.write_text("checkpoint-every-s = 1800\n")
+    assert load_config(["--config", str(toml), "--state-dir", str(tmp_path)]).checkpoint_every_s == 1800.0
+    with pytest.raises(ConfigError, match=r"--checkpoint-every-s: must be 0 or from 1 to"):
+        load_config(["--state-dir", str(tmp_path), "--checkpoint-every-s", "0.5"])
