@@ -1,12 +1,12 @@
-"""SynergyIterator figures: per-batch cost of the wrap, lease renewal p99, checkpoint MB/s vs dd.
+"""SynergyIterator figures: per-batch cost of the wrap, lease renewal p99, STOP -> exit 75.
 
     .venv/bin/python benchmarks/iterator.py
 
 Per-batch: a loader of pre-made tensors (a list), iterated bare and wrapped in managed mode
 (the lease thread talking to a real synergyd on loopback, a simulated agent's job token). Renewal p99: RenewLease against
 that synergyd vs a bare unary gRPC call (a ReportCompletion refused
-at validation) in the same run. Checkpoint: `atomic_save` of a 256 MB state vs `dd ... conv=fsync`
-to the same directory. STOP → exit 75: a real job process (tests/iterator/train_script.py,
+at validation) in the same run. (Checkpoint write speed against dd, and periodic checkpoints:
+benchmarks/checkpoints.py.) STOP → exit 75: a real job process (tests/iterator/train_script.py,
 a DataLoader and a small model) trains against that synergyd under a simulated agent's task
 (which holds the task, renewing as the same rank) until its node is drained; the wrap prints how long
 after the STOP reply it had its checkpoint written, and the benchmark adds the time from that
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from synergyd_harness import DaemonProcess, FakeAgent, wait_for  # noqa: E402
 
 from synergy.agent.contract import GRPC_FORK_ENV, JobEnv  # noqa: E402
-from synergy.iterator import SynergyIterator, checkpoint  # noqa: E402
+from synergy.iterator import SynergyIterator  # noqa: E402
 from synergy.iterator.lease import LeaseKeeper  # noqa: E402
 from synergy.v1 import admin_pb2, job_pb2  # noqa: E402
 
@@ -76,18 +76,6 @@ def renewal(env: JobEnv, n: int = 300) -> tuple[float, float]:
         bare.append(time.perf_counter() - t)
     lease.close()
     return p99(renew), p99(bare)
-
-
-def ckpt_vs_dd(directory: Path, mb: int = 256) -> tuple[float, float]:
-    blob = {"position": {}, "state": torch.zeros(mb * 2**20 // 4)}
-    t = time.perf_counter()
-    checkpoint.atomic_save(blob, directory / "bench" / "rank0.pt")
-    ours = mb / (time.perf_counter() - t)
-    t = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={directory / 'dd.bin'}", "bs=1M", f"count={mb}", "conv=fsync"],
-                   check=True, capture_output=True)
-    dd = mb / (time.perf_counter() - t)
-    return ours, dd
 
 
 def stop_to_exit(tmp: Path) -> tuple[float, float, int]:
@@ -149,8 +137,6 @@ def main() -> None:
         ckpt_s, exit_s, code = stop_to_exit(Path(tmp))
         print(f"STOP received -> checkpoint written {ckpt_s:.3f} s, -> process exited {exit_s:.3f} s "
               f"(exit code {code}; a real job process, train_script.py)")
-        ours, dd = ckpt_vs_dd(Path(tmp))
-        print(f"checkpoint write: {ours:.0f} MB/s (temp+fsync+rename+fsync dir) vs dd conv=fsync {dd:.0f} MB/s")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The background half of the iterator: register, renew the lease, report progress.
 
 The training thread and this thread share plain attributes only: the training thread writes
-`step` (an int) and reads `stop_at` / `terminate`; this thread writes those and reads `step`.
+`step` (an int) and reads `stop_at` / `checkpoint_at` / `terminate`; this thread writes those
+and reads `step`.
 Under a profiling lease also: this thread writes `profiling` (the lease's terms) and
 `in_force` (the allocation the agent applied, a tuple replaced whole); the training thread
 writes `want_cpus` (the next point) and hands a finished measurement over as `profile_job`
@@ -51,6 +52,8 @@ class LeaseKeeper:
         self.stop_at = 0
         self.stop_reason = ""
         self.terminate = False
+        #: A periodic checkpoint after this step, agreed for every rank (0 = none due; this thread writes).
+        self.checkpoint_at = 0
         #: Monotonic time the STOP reply arrived (for the STOP → exit 75 figure).
         self.stop_received_s = 0.0
         self.interval_s = 1.0
@@ -169,6 +172,8 @@ class LeaseKeeper:
                 self._resize_cache(r.in_force.mem_gb)
             if not r.HasField("profiling"):
                 self.profiling = None
+            if r.checkpoint_at_step:
+                self.checkpoint_at = int(r.checkpoint_at_step)
             if r.action == job_pb2.LEASE_ACTION_STOP and not self.stop_at:
                 self.stop_reason = r.reason
                 self.stop_received_s = time.monotonic()
@@ -229,10 +234,13 @@ class LeaseKeeper:
         except (OSError, ValueError) as exc:
             log.warning("cache resize for %g GB failed: %s", mem_gb, exc)
 
-    def report_checkpoint(self, step: int, path: str) -> None:
+    def report_checkpoint(self, step: int, path: str, error: str = "") -> bool:
+        """Report a written checkpoint (or, with `error`, a failed write); True once the daemon has it."""
         e = self.env
-        self.call("ReportCheckpoint", job_pb2.ReportCheckpointRequest(
-            job_id=e.job_id, attempt=e.attempt, step=step, path=path), give_up_after_s=self.report_patience_s)
+        r = self.call("ReportCheckpoint", job_pb2.ReportCheckpointRequest(
+            job_id=e.job_id, attempt=e.attempt, step=step, path=path, error=error[:500]),
+            give_up_after_s=self.report_patience_s)
+        return r is not None
 
     def report_completion(self, ok: bool, step: int, message: str = "", patience_s: float | None = None) -> None:
         e = self.env

@@ -5,8 +5,10 @@
 Managed (started by synergy-agent, the contract of `synergy.agent.contract` in the
 environment): a background `LeaseKeeper` registers and renews; at the daemon's agreed
 `stop_at_step` the wrap checkpoints `state` and its `Position` and exits 75; on relaunch it
-restores both and continues with the next unconsumed batch. Standalone (no contract): batches
-pass through unchanged.
+restores both and continues with the next unconsumed batch. Periodic checkpoints: at the
+`checkpoint_at` step the daemon agreed for every rank, the wrap copies `state` and its position
+to memory and a `BackgroundWriter` thread writes them while training goes on; rank 0 keeps the
+newest `keep_checkpoints` complete ones. Standalone (no contract): batches pass through unchanged.
 
 Profiling lease (docs/iterator.md): when the daemon launched this attempt to profile the job,
 a `synergy.profiler.live.LiveProfiler` picks CPU counts; the lease thread asks for each, the
@@ -31,6 +33,7 @@ from typing import Any, Iterator, Mapping
 from synergy.agent import contract
 from synergy.agent.contract import JobEnv
 from synergy.iterator import checkpoint
+from synergy.iterator.background import BackgroundWriter, Written, snapshot_copy
 from synergy.iterator.checkpoint import CheckpointError
 from synergy.iterator.dali import KEY as DALI_KEY
 from synergy.iterator.dali import DaliState
@@ -56,8 +59,13 @@ class SynergyIterator:
     """Wraps a DataLoader (any sampler) or a DALI-style iterator; see the module docstring."""
 
     def __init__(self, loader: Any, state: Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, keep_checkpoints: int = 2) -> None:
+        """`keep_checkpoints`: how many complete checkpoints to keep in the checkpoint dir
+        (older step dirs are deleted once a newer one is complete and reported; at least 1)."""
+        if keep_checkpoints < 1:
+            raise ValueError(f"keep_checkpoints must be at least 1, got {keep_checkpoints}")
         self.loader = loader
+        self.keep_checkpoints = keep_checkpoints
         self.state = dict(state or {})
         env_map = sys.modules["os"].environ if environ is None else environ
         self.env: JobEnv | None = None
@@ -66,6 +74,14 @@ class SynergyIterator:
         self.stopped_step = 0
         #: DALI hook (iterator/dali.py): its checkpoints and epoch resets; None for other loaders.
         self.dali: DaliState | None = None
+        #: Periodic checkpoints (iterator/background.py): the writer, the last agreed step acted
+        #: on, and counts for logs and benchmarks.
+        self.writer: BackgroundWriter | None = None
+        self._periodic_seen = 0
+        self.periodic_written = self.periodic_skipped = self.periodic_failed = 0
+        self.snapshot_s = 0.0
+        #: The last periodic snapshot, whose tensors the next one is copied into (not busy then).
+        self._snapshot_buffer: Any = None
         if contract.JOB_ID not in env_map:
             _say("no synergy-agent contract in the environment: running standalone "
                  "(no lease, no checkpoints)")
@@ -92,6 +108,8 @@ class SynergyIterator:
         #: stays True until the lease's registration said which.
         self.profiler: live_profiler.LiveProfiler | None = None
         self._profiling = True
+        if env.checkpoint_dir:
+            self.writer = BackgroundWriter(self._written)
         try:
             if env.checkpoint_dir:
                 checkpoint.check_writable(env.checkpoint_dir)
@@ -223,6 +241,8 @@ class SynergyIterator:
             # loader handed out but the script did not get (a DALI checkpoint would skip it).
             if lease.stop_at and lease.step >= lease.stop_at:
                 self._stop()
+            if lease.checkpoint_at > self._periodic_seen and lease.step >= lease.checkpoint_at:
+                self._periodic()
             if lease.terminate:
                 _say(f"terminated: {lease.stop_reason}")
                 lease.close()
@@ -326,14 +346,69 @@ class SynergyIterator:
         size = checkpoint.atomic_save(self._snapshot(), checkpoint.rank_file(step_dir, self.env.rank))
         return step_dir, size
 
+    def _periodic(self) -> None:
+        """At the agreed step: snapshot to memory, write in the background (or skip: busy)."""
+        assert self.env is not None and self.lease is not None
+        lease, writer = self.lease, self.writer
+        self._periodic_seen = lease.checkpoint_at
+        if writer is None:
+            return
+        if writer.busy:
+            self.periodic_skipped += 1
+            _say(f"periodic checkpoint at step {lease.step} skipped: the one of step {writer.step} "
+                 "is still being written")
+            return
+        t = time.monotonic()
+        data = self._snapshot_buffer = snapshot_copy(self._snapshot(), self._snapshot_buffer)
+        self.snapshot_s += time.monotonic() - t
+        path = checkpoint.rank_file(checkpoint.step_dir(self.env.checkpoint_dir, lease.step), self.env.rank)
+        writer.submit(lease.step, data, path)
+
+    def _written(self, done: Written) -> None:
+        """The writer thread, after a periodic write: report it (or its failure), then retain."""
+        assert self.env is not None and self.lease is not None
+        if done.error is not None:
+            self.periodic_failed += 1
+            _say(f"{done.error}; training goes on (a lost job resumes from its last good checkpoint)")
+            self.lease.report_checkpoint(done.step, "", error=str(done.error))
+            return
+        self.periodic_written += 1
+        reported = self.lease.report_checkpoint(done.step, str(done.path))
+        _say(f"checkpointed step {done.step} in the background to {done.path} ({done.size} bytes in "
+             f"{done.seconds:.2f} s, {done.size / 1e6 / max(done.seconds, 1e-9):.0f} MB/s)")
+        if reported:
+            self._retain(done.step)
+
+    def _retain(self, newest_reported: int) -> None:
+        """Rank 0 deletes step dirs older than the newest `keep_checkpoints` complete ones."""
+        assert self.env is not None
+        if self.env.rank != 0:
+            return
+        gone = checkpoint.retain(self.env.checkpoint_dir, self.keep_checkpoints, self.env.world_size,
+                                 newest_reported)
+        if gone:
+            _say(f"deleted the checkpoints of steps {', '.join(map(str, gone))} "
+                 f"(keeping the newest {self.keep_checkpoints})")
+
     def _stop(self) -> None:
-        assert self.lease is not None
+        assert self.lease is not None and self.env is not None
         lease = self.lease
+        if self.writer is not None and self.writer.busy:
+            _say(f"stop: waiting for the background checkpoint of step {self.writer.step}")
+            self.writer.wait()
         try:
             path, size = self.checkpoint()
         except CheckpointError as exc:
-            self._fail(str(exc))
-        lease.report_checkpoint(lease.step, str(path))
+            if exc.kind not in (checkpoint.FULL, checkpoint.READ_ONLY):
+                self._fail(str(exc))
+            # The disk, not the job, is at fault: exit 75 without a new checkpoint, so the job is
+            # requeued and resumes from its last good one; describe shows why.
+            lease.report_checkpoint(lease.step, "", error=str(exc))
+            _say(f"error: {exc}; exit 75 without a new checkpoint: the job resumes from its last good one")
+            lease.close()
+            raise SystemExit(EXIT_PREEMPTED) from None
+        if lease.report_checkpoint(lease.step, str(path)):
+            self._retain(lease.step)
         waited = time.monotonic() - lease.stop_received_s
         _say(f"checkpointed step {lease.step} to {path} ({size} bytes), {waited:.3f} s after STOP: exit 75")
         self.stopped_step = lease.step
@@ -355,6 +430,8 @@ class SynergyIterator:
         lease = self.lease
         if lease is None or self.env is None or lease._closed.is_set():
             return
+        if self.writer is not None:  # a write in flight finishes (no stray temp file)
+            self.writer.wait(timeout=lease.report_patience_s)
         if not self._failed and self.env.rank == 0:
             failure = exit_failure(self._exit_code)
             lease.report_completion(not failure, lease.step, failure)

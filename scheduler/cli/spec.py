@@ -29,7 +29,7 @@ __all__ = ["FIELDS", "JobSpec", "SpecError", "load_spec", "parse_spec", "read_sp
 FIELDS = (
     "name", "command", "working_dir", "env", "gpus", "cpus", "memory_gb",
     "model", "task", "profile", "iterations", "checkpoint_dir", "priority", "elastic", "kind",
-    "profiler", "gpu_types", "loanable", "no_share", "user",
+    "profiler", "gpu_types", "loanable", "no_share", "user", "checkpoint_every_s",
 )
 ELASTIC_FIELDS = ("min_gpus", "max_gpus")
 #: YAML field -> the JobSpec (and proto) field it fills, where the names differ.
@@ -140,6 +140,7 @@ def parse_spec(doc: Mapping[str, Any], *, origin: str, base_dir: str | Path | No
         profile=f.profile("profile", model, base=file_dir or base), kind=kind,
         profiler=f.string("profiler"), gpu_types=f.strings("gpu_types"), loanable=f.boolean("loanable"),
         no_share=f.boolean("no_share"), user=f.string("user"),
+        checkpoint_every_s=f.number("checkpoint_every_s"),
     )
     try:
         rules.validate(spec)
@@ -165,6 +166,7 @@ def spec_document(spec: JobSpec) -> dict[str, Any]:
         "loanable": spec.loanable,
         "user": spec.user or None,
         "no_share": spec.no_share or None,
+        "checkpoint_every_s": spec.checkpoint_every_s or None,
     }
 
 

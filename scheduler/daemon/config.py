@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from synergy.scheduler.arrays import settings as array_settings
 from synergy.scheduler.arrays.cpu_array import CpuArray
+from synergy.scheduler.jobspec import SpecError, rules
 from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.profiles.format import ProfileError, read_profile_file
 from synergy.scheduler.profiles.pairs import PAIRS_KEY, load_pairs
@@ -64,6 +65,8 @@ class DaemonConfig:
     launch_timeout_s: float | None = None
     stop_timeout_s: float | None = None
     plan_lead_s: float | None = None
+    #: Periodic checkpoints of jobs that set none themselves (spec.checkpoint_every_s); 0 = none.
+    checkpoint_every_s: float = 0.0
     max_message_mb: float = 4.0
     log_level: str = "info"
     log_format: str = "json"
@@ -153,6 +156,8 @@ HELP: dict[str, str] = {
     "stop_timeout_s": "time a job asked to stop has to checkpoint and exit before its agent kills it "
     "(default: max(120, round/2))",
     "plan_lead_s": "decide the next round this long before its boundary (default: round/10, at most 30)",
+    "checkpoint_every_s": "seconds between periodic background checkpoints of jobs with a checkpoint_dir that "
+    "set no checkpoint_every_s of their own (default 0: none; 1 to 604800)",
     "max_message_mb": f"largest gRPC message accepted, in MiB, {MAX_MESSAGE_MB_RANGE[0]} to "
     f"{MAX_MESSAGE_MB_RANGE[1]} (default 4)",
     "log_level": "debug, info, warning or error (default info)",
@@ -265,6 +270,10 @@ def _validate(c: DaemonConfig) -> None:
     positive("node-timeout-s", c.node_timeout_s)
     positive("launch-timeout-s", c.launch_timeout_s)
     positive("stop-timeout-s", c.stop_timeout_s)
+    try:
+        rules.checkpoint_every_s(c.checkpoint_every_s, "--checkpoint-every-s")
+    except SpecError as exc:
+        raise ConfigError(str(exc)) from None
     low, high = MAX_MESSAGE_MB_RANGE
     if not (math.isfinite(c.max_message_mb) and low <= c.max_message_mb <= high):
         raise ConfigError(

@@ -169,11 +169,21 @@ class GaugeEvent(PeriodicEvent):
 def refresh_gauges(parts: Parts) -> None:
     """Set the queue, job-state, node and resource gauges from the current state."""
     ctx, m = parts.ctx, parts.ctx.metrics
+    now = ctx.clock.now()
+    checkpoints: list[tuple[str, float, int]] = []
     with ctx.lock:
         counts = {s: 0 for s in JobState}
         for job in ctx.store.jobs():
             counts[job.state] += 1
+            if job.state == JobState.RUNNING:
+                since = job.checkpoint_at or job.started_at
+                checkpoints.append((str(job.id), max(0.0, now - since), job.checkpoint_step))
         views = parts.nodes.list()
+    m.job_checkpoint_age.clear()
+    m.job_checkpoint_step.clear()
+    for job_id, age, step in checkpoints:
+        m.job_checkpoint_age.labels(job_id).set(age)
+        m.job_checkpoint_step.labels(job_id).set(step)
     for state, n in counts.items():
         m.jobs.labels(state.value).set(n)
     m.queue_length.set(counts[JobState.QUEUED])

@@ -206,7 +206,7 @@ class JobBook:
         launched = launched or job.history[-1].at_s < self.ctx.started_at
         if not launched and not self._observed_running(job):
             return self.preempt(replace(job, next_placements=nxt, next_packed_with=packed),
-                                f"{reason} (before it started)")
+                                f"{reason} (before it started)", lost=False)
         event(self.ctx.log, "job.stop_requested", job=job.id, attempt=job.attempt, reason=reason)
         return replace(job, stop_reason=reason, stop_requested_at=now, next_placements=nxt, next_packed_with=packed)
 
@@ -214,8 +214,12 @@ class JobBook:
         """Not-yet-exited tasks of the current attempt, as reported by the nodes they are placed on."""
         return [(n, t) for n, t in self.ctx.live.tasks_of(job.id, job.attempt) if placed_on(job, t.key.rank, n)]
 
-    def preempt(self, job: JobRecord, reason: str) -> JobRecord:
+    def preempt(self, job: JobRecord, reason: str, lost: bool = True) -> JobRecord:
         """RUNNING -> PREEMPTED -> QUEUED, and straight on to RUNNING when a new allocation waits.
+
+        `lost`: its processes were lost or killed, not exited after a checkpoint (a lost node or
+        lease, a stop that timed out): the reason then says where it resumes and how many steps
+        it lost.
 
         A job under a profiling lease goes back to PROFILING (placed again by the profiler's
         next pass) until its profile was reported, then on to QUEUED with that profile.
@@ -224,7 +228,12 @@ class JobBook:
         if job.state == JobState.PROFILING:
             return self._profiling_ended(job, reason, now)
         nxt, packed = job.next_placements, job.next_packed_with
-        job = self.with_progress(job).to(JobState.PREEMPTED, reason, now, preemptions=job.preemptions + 1)
+        job = self.with_progress(job)
+        if lost:  # what it trained since its last checkpoint is gone; the history says how much
+            reason += (f"; resumes from the checkpoint of step {job.checkpoint_step}"
+                       if job.checkpoint_path else "; no checkpoint: restarts from the beginning")
+            reason += f", {max(0, job.steps_done - job.checkpoint_step)} steps lost"
+        job = job.to(JobState.PREEMPTED, reason, now, preemptions=job.preemptions + 1)
         job = job.to(JobState.QUEUED, "back in the queue", now)
         self.ctx.live.jobs.pop(job.id, None)
         event(self.ctx.log, "job.preempted", job=job.id, reason=reason)
@@ -274,7 +283,9 @@ class JobBook:
             if others_running:
                 return job
             where = f"; resumes from step {job.checkpoint_step}" if job.checkpoint_path else ""
-            return self.preempt(replace(job, exit_code=code), f"{job.stop_reason}{where}")
+            if job.checkpoint_error:  # the stop's own checkpoint could not be written
+                where += f" (its last checkpoint write failed: {job.checkpoint_error})"
+            return self.preempt(replace(job, exit_code=code), f"{job.stop_reason}{where}", lost=False)
         if code == 0:
             if others_running:
                 return None

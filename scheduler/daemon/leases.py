@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from synergy.scheduler.daemon import periodic
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from synergy.scheduler.daemon.jobs import JobBook
@@ -23,10 +24,6 @@ from synergy.scheduler.daemon.profiling import with_point
 from synergy.scheduler.placement.profiling import SUB_CORE_POINTS
 from synergy.scheduler.daemon.records import JobRecord, JobState, placed_on
 from synergy.scheduler.tasks import TaskKey
-
-
-#: Steps a stop may lie ahead of the furthest rank, whatever speed a job claims.
-MAX_STOP_MARGIN = 100_000
 
 
 class LeaseAction(str, enum.Enum):
@@ -44,6 +41,8 @@ class Renewal:
     reason: str = ""
     #: The rank's task as its agent last reported it (None: not reported yet).
     in_force: ObservedTask | None = None
+    #: A periodic checkpoint after this step (0 = none due; periodic.py).
+    checkpoint_at_step: int = 0
 
 
 class LeaseBook:
@@ -176,12 +175,16 @@ class LeaseBook:
         live.ranks[rank] = RankLease(now, step, samples, rate)
         expires = now + ctx.config.lease_grace
         if not job.stopping:
-            return Renewal(LeaseAction.CONTINUE, job, expires, in_force=self.in_force(job, rank))
+            at = periodic.due(job, live, now, ctx.config)
+            if at is None:
+                if not locked:
+                    return None
+                at = periodic.advance(job, live, now, ctx.config)
+            return Renewal(LeaseAction.CONTINUE, job, expires, in_force=self.in_force(job, rank), checkpoint_at_step=at)
         if not job.stop_at_step:
             if not locked:
                 return None
-            margin = min(MAX_STOP_MARGIN, max(1, math.ceil(live.steps_per_s * 2 * ctx.config.renew_interval_s)))
-            new = replace(job, stop_at_step=live.step + margin)
+            new = replace(job, stop_at_step=live.step + periodic.margin(live, ctx.config))
             ctx.save_jobs([(job, new)])
             event(ctx.log, "job.stop_agreed", job=job.id, attempt=attempt, stop_at_step=new.stop_at_step)
             job = new
@@ -207,7 +210,9 @@ class LeaseBook:
             event(ctx.log, "job.profile_reported", job=job.id, source=new.profile_source)
             return new.profile_source
 
-    def report_checkpoint(self, caller: int, job_id: int, attempt: int, step: int, path: str) -> int:
+    def report_checkpoint(self, caller: int, job_id: int, attempt: int, step: int, path: str, error: str = "") -> int:
+        """A written checkpoint (`path`), or a failed write (`error`: kept for describe until
+        the next good one; the job goes on, and resumes from the last good one)."""
         ctx = self.ctx
         with ctx.lock:
             job = self._own(caller, job_id)
@@ -223,8 +228,15 @@ class LeaseBook:
             if limit is not None and step > limit:
                 raise InvalidArgument("step", f"{step} is past what job {job.id} has reported (step {live.step} at "
                                       f"{live.steps_per_s:g} steps/s: at most {limit} by now)")
-            if step >= job.checkpoint_step:
-                new = replace(job, checkpoint_path=path, checkpoint_step=step, steps_done=max(job.steps_done, step))
+            if error:
+                if error != job.checkpoint_error:
+                    new = replace(job, checkpoint_error=error)
+                    ctx.save_jobs([(job, new)])
+                    job = new
+                event(ctx.log, "job.checkpoint_failed", job=job.id, attempt=attempt, step=step, error=error)
+            elif step >= job.checkpoint_step:
+                new = replace(job, checkpoint_path=path, checkpoint_step=step, steps_done=max(job.steps_done, step),
+                              checkpoint_at=ctx.clock.now(), checkpoint_error="")
                 ctx.save_jobs([(job, new)])
                 event(ctx.log, "job.checkpointed", job=job.id, attempt=attempt, step=step)
                 job = new

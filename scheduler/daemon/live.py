@@ -63,6 +63,10 @@ class JobLive:
     launched: set[int] = field(default_factory=set)
     #: The launch waited for room on a node (logged once per attempt, not per heartbeat).
     launch_deferred: bool = False
+    #: Periodic checkpoints (periodic.py): the agreed step of the pending one (0 = none), and
+    #: when the current interval started (0 = at `since`).
+    checkpoint_at: int = 0
+    checkpoint_base: float = 0.0
 
     def unfinished_ranks(self) -> set[int]:
         """Launched ranks that have not been seen exiting (they may not be observed yet)."""

@@ -78,6 +78,14 @@ class Metrics:
             "synergyd_node_throttled_tasks", "Tasks the node's contention eliminator (CODA) throttles now.",
             ["node"], registry=r)
         self.node_tasks = Gauge("synergyd_node_tasks", "Tasks the node's agent reports.", ["node"], registry=r)
+        # Running jobs only (cleared and set again at every refresh): a lost node costs a job
+        # what it trained since its last checkpoint.
+        self.job_checkpoint_age = Gauge(
+            "synergyd_job_checkpoint_age_seconds",
+            "Seconds since the running job's last reported checkpoint (since its start when it has none).",
+            ["job"], registry=r)
+        self.job_checkpoint_step = Gauge(
+            "synergyd_job_checkpoint_step", "Step of the running job's last reported checkpoint.", ["job"], registry=r)
         self.transitions = Counter(
             "synergyd_job_transitions", "Job lifecycle transitions, by target state.", ["to"], registry=r
         )

@@ -113,6 +113,10 @@ class JobRecord:
     migrations: int = 0
     checkpoint_path: str = ""
     checkpoint_step: int = 0
+    #: When the last checkpoint was reported (daemon clock; 0 = none, or reported before this field).
+    checkpoint_at: float = 0.0
+    #: Why the latest checkpoint write failed ("" = it did not); cleared by the next good one.
+    checkpoint_error: str = ""
     exit_code: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0

@@ -35,6 +35,7 @@ def spec_from_msg(m: admin_pb2.JobSpec) -> JobSpec:
         loanable=m.loanable if m.HasField("loanable") else None,
         user=m.user,
         no_share=m.no_share,
+        checkpoint_every_s=m.checkpoint_every_s,
     )
 
 
@@ -61,6 +62,7 @@ def spec_to_msg(s: JobSpec) -> admin_pb2.JobSpec:
         loanable=s.loanable,
         user=s.user,
         no_share=s.no_share,
+        checkpoint_every_s=s.checkpoint_every_s,
     )
     if s.profile is not None:
         m.profile.CopyFrom(profile_to_msg(s.model or s.name, s.profile))

@@ -58,6 +58,9 @@ PRIORITY_RANGE = (-1000, 1000)
 #: Total training steps: 10^12 is ten thousand steps a second for three years; anything
 #: larger is a unit mistake, and it keeps remaining-time estimates finite and exact.
 ITERATIONS_RANGE = (0, 10**12)
+#: Periodic checkpoints: at most one a second (each is a full write of the state), at least
+#: one a week.
+CHECKPOINT_EVERY_S_RANGE = (1.0, 7 * 86400.0)
 #: A job lists the types it accepts, not a catalogue.
 MAX_GPU_TYPES = 16
 
@@ -104,6 +107,9 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
     _elastic(spec, p, top)
     path(spec.working_dir, p + "working_dir")
     path(spec.checkpoint_dir, p + "checkpoint_dir")
+    checkpoint_every_s(spec.checkpoint_every_s, p + "checkpoint_every_s", cpu_only=spec.cpu_only)
+    if spec.checkpoint_every_s and not spec.checkpoint_dir:
+        raise SpecError(p + "checkpoint_every_s", "needs checkpoint_dir: periodic checkpoints are written there")
     if spec.model and not MODEL_RE.fullmatch(spec.model):
         raise SpecError(p + "model", f"{_show(spec.model)} must be a model name such as resnet18 "
                                      "(at most 128 letters, digits, '.', '_', '+' or '-')")
@@ -117,6 +123,17 @@ def validate(spec: JobSpec, max_job_gpus: int | None = None, encoded_bytes: int 
         except ProfileError as exc:
             raise SpecError(p + "profile", str(exc)) from None
     return spec
+
+
+def checkpoint_every_s(value: float, field: str = "spec.checkpoint_every_s", cpu_only: bool = False) -> float:
+    """0 (the cluster's default) or seconds in CHECKPOINT_EVERY_S_RANGE; the daemon's own
+    default (--checkpoint-every-s) goes through the same rule."""
+    low, high = CHECKPOINT_EVERY_S_RANGE
+    if value != 0 and not (math.isfinite(value) and low <= value <= high):
+        raise SpecError(field, f"must be 0 or from {low:g} to {high:g} seconds, got {value}")
+    if value and cpu_only:
+        raise SpecError(field, "a CPU-only job is a plain command without the iterator: it takes no checkpoints")
+    return value
 
 
 def encoded_size(encoded_bytes: int, field: str = "spec") -> None:

@@ -82,6 +82,9 @@ class JobSpec:
     #: Who the job belongs to: CODA's CPU array shares CPUs between users by DRF. "" = the
     #: job is its own user. A label, not an identity (the admin token names no user).
     user: str = ""
+    #: Seconds between periodic background checkpoints (docs/iterator.md); 0 = the cluster's
+    #: default (synergyd --checkpoint-every-s).
+    checkpoint_every_s: float = 0.0
 
     @property
     def cpu_only(self) -> bool:

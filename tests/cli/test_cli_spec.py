@@ -201,6 +201,10 @@ def test_flags_override_and_merge_into_the_file(tmp_path: Path, capsys: pytest.C
     (["--name", "a", "--gpus", "2", "--min-gpus", "4", "--max-gpus", "8", "--command", "x"],
      "spec.gpus (--gpus): must lie in the elastic range 4..8, got 2"),
     (["--name", "a", "--gpus", "x"], "argument --gpus: invalid int value"),
+    (["--name", "a", "--gpus", "1", "--checkpoint-every", "0.5", "--checkpoint-dir", "c", "--command", "x"],
+     "spec.checkpoint_every_s (--checkpoint-every): must be 0 or from 1 to 604800"),
+    (["--name", "a", "--gpus", "1", "--checkpoint-every", "30", "--command", "x"],
+     "spec.checkpoint_every_s (--checkpoint-every): needs checkpoint_dir"),
 ])
 def test_flag_errors_name_the_flag(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = dry_run(capsys, *args)
@@ -250,3 +254,11 @@ def test_bad_no_share_is_named_in_one_line(tmp_path: Path, body: str, message: s
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_checkpoint_every_from_the_file_and_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "name: a\ncommand: [python, t.py]\ngpus: 1\ncheckpoint_dir: c\ncheckpoint_every_s: 600\n")
+    code, spec, err = dry_run(capsys, str(path))
+    assert code == 0 and spec["checkpoint_every_s"] == 600, err
+    code, spec, err = dry_run(capsys, str(path), "--checkpoint-every", "30")
+    assert code == 0 and spec["checkpoint_every_s"] == 30, err

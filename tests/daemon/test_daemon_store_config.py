@@ -173,3 +173,12 @@ def test_a_new_attempt_does_not_show_the_last_attempts_exit_code() -> None:
     assert drained.exit_code == 75  # while it waits, the last exit is what there is to show
     again = drained.to(JobState.RUNNING, "r", 16, placements=(Placement("n1", 2, 6.5, 40.0),), attempt=2)
     assert again.to(JobState.SUCCEEDED, "training finished", 17).exit_code == 0
+
+
+def test_checkpoint_every_s_from_the_toml_and_its_range(tmp_path: Path) -> None:
+    assert load_config(["--state-dir", str(tmp_path)]).checkpoint_every_s == 0.0  # none unless set
+    toml = tmp_path / "d.toml"
+    toml.write_text("checkpoint-every-s = 1800\n")
+    assert load_config(["--config", str(toml), "--state-dir", str(tmp_path)]).checkpoint_every_s == 1800.0
+    with pytest.raises(ConfigError, match=r"--checkpoint-every-s: must be 0 or from 1 to"):
+        load_config(["--state-dir", str(tmp_path), "--checkpoint-every-s", "0.5"])

@@ -5,7 +5,8 @@ appends one line "step rank epoch loss id,id,... attempt" to --record (flushed, 
 loses nothing). Flags for the failure tests: --data-dir (samples are read from files there,
 in the DataLoader's workers), --exit-code (end with sys.exit(N)), --grpc-first (import grpc
 before synergy.iterator, as a script whose other libraries use gRPC may), --hold-at STEP
---hold-file F (after that step, wait until F exists: a job that is still running, on cue).
+--hold-file F (after that step, wait until F exists: a job that is still running, on cue),
+--state-mb N (N MB more state: checkpoints that take a while or fill a small disk).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def main() -> None:
     p.add_argument("--grpc-first", action="store_true")
     p.add_argument("--hold-at", type=int, default=0)
     p.add_argument("--hold-file", default="")
+    p.add_argument("--state-mb", type=float, default=0)
     a = p.parse_args()
     rank = int(os.environ.get("SYNERGY_RANK", "0"))
     world = int(os.environ.get("SYNERGY_WORLD_SIZE", "1"))
@@ -103,7 +105,12 @@ def main() -> None:
                         num_workers=a.workers)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = SynergyIterator(loader, state={"model": model, "optimizer": opt})
+    state = {"model": model, "optimizer": opt}
+    if a.state_mb:
+        ballast = torch.nn.Module()
+        ballast.register_buffer("b", torch.zeros(int(a.state_mb * 2**20) // 4))
+        state["ballast"] = ballast
+    loader = SynergyIterator(loader, state=state)
     with open(a.record, "a") as rec:
         for epoch in range(a.epochs):
             if sampler is not None:

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile", "kind", "profiler", "gpu_types", "loanable", "no_share", "user")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "cpus_hint", "mem_gb_hint", "model", "task", "checkpoint_dir", "priority", "iterations", "min_gpus", "max_gpus", "profile", "kind", "profiler", "gpu_types", "loanable", "no_share", "user", "checkpoint_every_s")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class JobSpec(_message.Message):
     LOANABLE_FIELD_NUMBER: _ClassVar[int]
     NO_SHARE_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -58,7 +59,8 @@ class JobSpec(_message.Message):
     loanable: bool
     no_share: bool
     user: str
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ..., kind: _Optional[str] = ..., profiler: _Optional[str] = ..., gpu_types: _Optional[_Iterable[str]] = ..., loanable: _Optional[bool] = ..., no_share: _Optional[bool] = ..., user: _Optional[str] = ...) -> None: ...
+    checkpoint_every_s: float
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., cpus_hint: _Optional[float] = ..., mem_gb_hint: _Optional[float] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., priority: _Optional[int] = ..., iterations: _Optional[int] = ..., min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., profile: _Optional[_Union[_common_pb2.SensitivityProfile, _Mapping]] = ..., kind: _Optional[str] = ..., profiler: _Optional[str] = ..., gpu_types: _Optional[_Iterable[str]] = ..., loanable: _Optional[bool] = ..., no_share: _Optional[bool] = ..., user: _Optional[str] = ..., checkpoint_every_s: _Optional[float] = ...) -> None: ...
 
 class JobTransition(_message.Message):
     __slots__ = ("from_state", "to_state", "reason", "at_unix_s")
@@ -73,7 +75,7 @@ class JobTransition(_message.Message):
     def __init__(self, from_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_common_pb2.JobState, str]] = ..., reason: _Optional[str] = ..., at_unix_s: _Optional[float] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("id", "name", "spec", "state", "state_reason", "waiting_reason", "history", "submitted_at_unix_s", "started_at_unix_s", "finished_at_unix_s", "placements", "attempt", "steps_done", "samples_per_s", "attained_gpu_s", "preemptions", "last_checkpoint_path", "last_checkpoint_step", "exit_code", "profile_source", "lease_expires_at_unix_s", "stop_at_step", "tasks", "proportional_share", "cache", "packed_with_job_id")
+    __slots__ = ("id", "name", "spec", "state", "state_reason", "waiting_reason", "history", "submitted_at_unix_s", "started_at_unix_s", "finished_at_unix_s", "placements", "attempt", "steps_done", "samples_per_s", "attained_gpu_s", "preemptions", "last_checkpoint_path", "last_checkpoint_step", "exit_code", "profile_source", "lease_expires_at_unix_s", "stop_at_step", "tasks", "proportional_share", "cache", "packed_with_job_id", "last_checkpoint_unix_s", "last_checkpoint_error")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +102,8 @@ class JobInfo(_message.Message):
     PROPORTIONAL_SHARE_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
     PACKED_WITH_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_ERROR_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     spec: JobSpec
@@ -126,7 +130,9 @@ class JobInfo(_message.Message):
     proportional_share: _common_pb2.Resources
     cache: _common_pb2.CacheStats
     packed_with_job_id: int
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., state_reason: _Optional[str] = ..., waiting_reason: _Optional[str] = ..., history: _Optional[_Iterable[_Union[JobTransition, _Mapping]]] = ..., submitted_at_unix_s: _Optional[float] = ..., started_at_unix_s: _Optional[float] = ..., finished_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., attempt: _Optional[int] = ..., steps_done: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., attained_gpu_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., profile_source: _Optional[str] = ..., lease_expires_at_unix_s: _Optional[float] = ..., stop_at_step: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., proportional_share: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ..., packed_with_job_id: _Optional[int] = ...) -> None: ...
+    last_checkpoint_unix_s: float
+    last_checkpoint_error: str
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., state_reason: _Optional[str] = ..., waiting_reason: _Optional[str] = ..., history: _Optional[_Iterable[_Union[JobTransition, _Mapping]]] = ..., submitted_at_unix_s: _Optional[float] = ..., started_at_unix_s: _Optional[float] = ..., finished_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., attempt: _Optional[int] = ..., steps_done: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., attained_gpu_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., profile_source: _Optional[str] = ..., lease_expires_at_unix_s: _Optional[float] = ..., stop_at_step: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., proportional_share: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ..., packed_with_job_id: _Optional[int] = ..., last_checkpoint_unix_s: _Optional[float] = ..., last_checkpoint_error: _Optional[str] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
     __slots__ = ("rank", "node_id", "state", "pid", "usage", "throttle")

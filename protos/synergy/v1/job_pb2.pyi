@@ -139,7 +139,7 @@ class RenewLeaseRequest(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ..., profile_cpus: _Optional[int] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ..., profile_sub_cpus: _Optional[float] = ...) -> None: ...
 
 class RenewLeaseResponse(_message.Message):
-    __slots__ = ("action", "lease", "stop_at_step", "reason", "renew_interval_s", "in_force", "profiling")
+    __slots__ = ("action", "lease", "stop_at_step", "reason", "renew_interval_s", "in_force", "profiling", "checkpoint_at_step")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     STOP_AT_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,7 @@ class RenewLeaseResponse(_message.Message):
     RENEW_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     IN_FORCE_FIELD_NUMBER: _ClassVar[int]
     PROFILING_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_AT_STEP_FIELD_NUMBER: _ClassVar[int]
     action: LeaseAction
     lease: Lease
     stop_at_step: int
@@ -154,19 +155,22 @@ class RenewLeaseResponse(_message.Message):
     renew_interval_s: float
     in_force: Allocation
     profiling: ProfilingLease
-    def __init__(self, action: _Optional[_Union[LeaseAction, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., stop_at_step: _Optional[int] = ..., reason: _Optional[str] = ..., renew_interval_s: _Optional[float] = ..., in_force: _Optional[_Union[Allocation, _Mapping]] = ..., profiling: _Optional[_Union[ProfilingLease, _Mapping]] = ...) -> None: ...
+    checkpoint_at_step: int
+    def __init__(self, action: _Optional[_Union[LeaseAction, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., stop_at_step: _Optional[int] = ..., reason: _Optional[str] = ..., renew_interval_s: _Optional[float] = ..., in_force: _Optional[_Union[Allocation, _Mapping]] = ..., profiling: _Optional[_Union[ProfilingLease, _Mapping]] = ..., checkpoint_at_step: _Optional[int] = ...) -> None: ...
 
 class ReportCheckpointRequest(_message.Message):
-    __slots__ = ("job_id", "attempt", "step", "path")
+    __slots__ = ("job_id", "attempt", "step", "path", "error")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     step: int
     path: str
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., step: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
+    error: str
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., step: _Optional[int] = ..., path: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ReportCheckpointResponse(_message.Message):
     __slots__ = ("resume_step",)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import shlex
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,7 @@ SPEC_FLAGS: dict[str, str] = {
     "iterations": "--iterations", "checkpoint_dir": "--checkpoint-dir", "priority": "--priority",
     "profiler": "--profiler", "gpu_types": "--gpu-type", "loanable": "--loanable/--no-loanable",
     "user": "--user", "no_share": "--no-share",
+    "checkpoint_every_s": "--checkpoint-every",
 }
 STATES = [enum_word(common_pb2.JobState.DESCRIPTOR, v.number)
           for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
@@ -77,6 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="never share a GPU with another job (packing pairs at most two jobs per GPU)")
     p.add_argument("--iterations", type=int, help="total training steps (lets SRTF/FTF estimate remaining time)")
     p.add_argument("--checkpoint-dir", help="where the job writes checkpoints (relative: to the working dir)")
+    p.add_argument("--checkpoint-every", dest="checkpoint_every_s", type=float, metavar="SECONDS",
+                   help="write a checkpoint every SECONDS while the job runs, in the background without "
+                        "stalling training (needs --checkpoint-dir; default: the cluster's, synergyd "
+                        "--checkpoint-every-s; the last 2 are kept)")
     p.add_argument("--priority", type=int, help="reserved: stored, ignored by the paper's policies (-1000..1000)")
     p.add_argument("--min-gpus", type=int,
                    help="elastic: the fewest GPUs the job runs with (with --max-gpus; --gpus lies between)")
@@ -331,8 +337,14 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
         reads = c.hits + c.misses
         rows.append(("cache", f"{c.hits} hits, {c.misses} misses ({100 * c.hits / reads if reads else 0:.0f}% hit), "
                               f"{c.items} items, {c.used_bytes / 1e6:.1f} of {c.capacity_bytes / 1e6:.1f} MB"))
+    if s.checkpoint_every_s:
+        rows.append(("checkpoint every", f"{fmt_num(s.checkpoint_every_s)} s"))
     if job.last_checkpoint_path:
-        rows.append(("checkpoint", f"{job.last_checkpoint_path} (step {job.last_checkpoint_step})"))
+        age = (f", {fmt_num(max(0.0, time.time() - job.last_checkpoint_unix_s))} s ago"
+               if job.last_checkpoint_unix_s else "")
+        rows.append(("checkpoint", f"{job.last_checkpoint_path} (step {job.last_checkpoint_step}{age})"))
+    if job.last_checkpoint_error:
+        rows.append(("checkpoint failed", Text(job.last_checkpoint_error, style="red")))
     if job.lease_expires_at_unix_s:
         rows.append(("lease until", fmt_time(job.lease_expires_at_unix_s)))
     if job.stop_at_step:

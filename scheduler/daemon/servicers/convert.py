@@ -99,6 +99,8 @@ def job_to_info(
         preemptions=job.preemptions,
         last_checkpoint_path=job.checkpoint_path,
         last_checkpoint_step=job.checkpoint_step,
+        last_checkpoint_unix_s=job.checkpoint_at,
+        last_checkpoint_error=job.checkpoint_error,
         exit_code=job.exit_code,
         profile_source=job.profile_source,
         lease_expires_at_unix_s=lease_expires_at if job.placed else 0.0,

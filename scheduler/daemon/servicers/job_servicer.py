@@ -103,6 +103,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             action=_ACTIONS[r.action],
             lease=self._lease(r.job, r.expires_at),
             stop_at_step=r.stop_at_step,
+            checkpoint_at_step=r.checkpoint_at_step,
             reason=r.reason,
             renew_interval_s=self.ctx.config.renew_interval_s,
             profiling=self._profiling(r.job),
@@ -118,15 +119,19 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
     def ReportCheckpoint(
         self, request: job_pb2.ReportCheckpointRequest, context: grpc.ServicerContext
     ) -> job_pb2.ReportCheckpointResponse:
-        if not request.path:
-            raise InvalidArgument("path", "must not be empty")
+        if not request.path and not request.error:
+            raise InvalidArgument("path", "must not be empty (or give error: the write failed)")
+        if request.path and request.error:
+            raise InvalidArgument("error", "must be empty with a path: a checkpoint was written or it failed")
         validation.os_path(request.path, "path")
+        validation.text(request.error, "error")
         step = self.leases.report_checkpoint(
             self._caller(context),
             request.job_id,
             request.attempt,
             validation.counter(request.step, "step"),
             request.path,
+            request.error,
         )
         return job_pb2.ReportCheckpointResponse(resume_step=step)
 
