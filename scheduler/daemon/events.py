@@ -21,7 +21,10 @@ from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.profiling import ProfilingBook
 from synergy.scheduler.daemon.records import JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
-from synergy.scheduler.model import Resources
+from synergy.scheduler.daemon.metrics import set_resources
+from synergy.scheduler.daemon.records import JobRecord
+from synergy.scheduler.daemon.servicers.admin_servicer import proportional_share
+from synergy.scheduler.model import Cluster, Resources
 
 
 #: An event taking longer than this is logged (it holds up RPCs waiting for the state lock).
@@ -174,6 +177,8 @@ def refresh_gauges(parts: Parts) -> None:
         for job in ctx.store.jobs():
             counts[job.state] += 1
         views = parts.nodes.list()
+        placed = [j for j in ctx.store.active_jobs() if j.placed]
+        cluster = parts.rounds.cluster()
     for state, n in counts.items():
         m.jobs.labels(state.value).set(n)
     m.queue_length.set(counts[JobState.QUEUED])
@@ -188,10 +193,24 @@ def refresh_gauges(parts: Parts) -> None:
     for state, n in node_states.items():
         m.nodes.labels(state).set(n)
     free = capacity - allocated
-    for res in ("gpus", "cpus", "mem_gb"):
-        m.resources.labels(res, "capacity").set(getattr(capacity, res))
-        m.resources.labels(res, "allocated").set(getattr(allocated, res))
-        m.resources.labels(res, "free").set(getattr(free, res))
+    for kind, value in (("capacity", capacity), ("allocated", allocated), ("free", free)):
+        set_resources(m.resources, (kind,), value)
+    _job_gauges(parts, placed, cluster)
+
+
+def _job_gauges(parts: Parts, placed: list[JobRecord], cluster: Cluster) -> None:
+    """Per placed job: what it holds, its GPU-proportional share, its throughput; jobs no
+    longer placed drop out (the label sets are cleared first)."""
+    m = parts.ctx.metrics
+    for gauge in (*m.job_allocated.values(), *m.job_proportional_share.values(), m.job_throughput):
+        gauge.clear()
+    for job in placed:
+        labels = (str(job.id), job.name)
+        set_resources(m.job_allocated, labels, sum((p.resources for p in job.placements), Resources()))
+        share = proportional_share(job, cluster)
+        if share is not None:
+            set_resources(m.job_proportional_share, labels, share)
+        m.job_throughput.labels(*labels).set(parts.jobs.view(job).samples_per_s)
 
 
 @dataclass
