@@ -36,6 +36,7 @@ CLUSTER_TOKEN_FILE = "cluster.token"
 ADMIN_TOKEN_FILE = "admin.token"
 ADDRESS_FILE = "address"
 METRICS_ADDRESS_FILE = "metrics_address"
+DASHBOARD_ADDRESS_FILE = "dashboard_address"
 AGENT_ADDRESS_FILE = "agent_address"
 TOKEN_FILES = (ADMIN_TOKEN_FILE, CLUSTER_TOKEN_FILE)
 #: SQLite's side files of a WAL database: `synergyd.sqlite-wal`, `synergyd.sqlite-shm`.
@@ -409,7 +410,7 @@ class StateDir:
         """Remove the address files and release the lock (only if this process holds it)."""
         if self._lock_fd is None:
             return
-        for name in (ADDRESS_FILE, METRICS_ADDRESS_FILE, AGENT_ADDRESS_FILE):
+        for name in (ADDRESS_FILE, METRICS_ADDRESS_FILE, AGENT_ADDRESS_FILE, DASHBOARD_ADDRESS_FILE):
             (self.path / name).unlink(missing_ok=True)
         os.close(self._lock_fd)  # releases the flock
         self._lock_fd = None
