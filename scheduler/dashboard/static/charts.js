@@ -6,7 +6,7 @@ const Charts = (() => {
     title: {text: title, font: {size: 14}}, margin: {l: 50, r: 20, t: 36, b: 40}, height: 260,
     legend: {orientation: "h", y: -0.25}, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fafafa",
   }, extra || {});
-  const config = {displaylogo: false, responsive: true};
+  const config = {displaylogo: false, responsive: true, displayModeBar: false};
   const toDate = (t) => new Date(t * 1000);
 
   // samples: [{t, gpus, gpus_allocated, cpus, cpus_allocated, mem_gb, mem_gb_allocated}]; t in
