@@ -19,13 +19,13 @@ import logging
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from synergy.scheduler.daemon.events import Parts, PeriodicEvent
 from synergy.scheduler.daemon.logs import LOGGER, event
 from synergy.scheduler.dashboard import views
+from synergy.scheduler.dashboard.assets import plotly_js, static_text
 from synergy.scheduler.dashboard.history import History
 
 COOKIE = "synergy_dashboard"
@@ -35,18 +35,6 @@ _STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "char
 _PAGES = {"/": "index.html", "/jobs": "index.html"}
 _JOB_PAGE = re.compile(r"^/jobs/(\d+)$")
 _JOB_API = re.compile(r"^/api/jobs/(\d+)$")
-
-
-def static_text(name: str) -> str:
-    """A file shipped in this package's static/ folder."""
-    return resources.files("synergy.scheduler.dashboard").joinpath("static", name).read_text()
-
-
-def plotly_js() -> str:
-    """plotly.js as bundled in the `plotly` package (no network; its version pinned there)."""
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
 
 
 class SampleEvent(PeriodicEvent):

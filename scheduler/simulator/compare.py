@@ -24,17 +24,33 @@ def _one(task: tuple[Prepared, str]) -> dict[str, Any]:
     return simulate(prep, mechanism).metrics
 
 
+def _one_with_report(task: tuple[Prepared, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Metrics and the HTML report's condensed data of one mechanism (in a worker process)."""
+    from synergy.scheduler.dashboard.report import run_data
+
+    prep, mechanism = task
+    report = simulate(prep, mechanism)
+    return report.metrics, run_data(mechanism, report.metrics, report.result, report.measured)
+
+
 def compare(prep: Prepared, mechanisms: Sequence[str], workers: int = 1) -> list[dict[str, Any]]:
     """Metrics of each mechanism over the prepared workload, in the order given."""
     return run_parallel(_one, [(prep, m) for m in mechanisms], workers)
 
 
 def run_compare(spec: RunSpec, mechanisms: Sequence[str], workers: int, as_json: bool,
-                record_trace: str | None = None) -> int:
+                record_trace: str | None = None, html: str | None = None) -> int:
     prep = prepare(spec)
     if record_trace:
         write_trace(record_trace, prep.workload)
-    rows = compare(prep, mechanisms, workers)
+    if html:
+        from synergy.scheduler.simulator.cli import PROG, write_html
+
+        pairs = run_parallel(_one_with_report, [(prep, m) for m in mechanisms], workers)
+        rows = [m for m, _ in pairs]
+        write_html(html, f"{PROG} compare: {describe(prep)}", [d for _, d in pairs])
+    else:
+        rows = compare(prep, mechanisms, workers)
     for m in rows:
         warn_unfinished(m)
     if as_json:

@@ -11,23 +11,23 @@ const Charts = (() => {
 
   // samples: [{t, gpus, gpus_allocated, cpus, cpus_allocated, mem_gb, mem_gb_allocated}]; t in
   // seconds (unix for the daemon; `relative` for simulated hours).
-  function utilisation(id, samples, relative) {
+  function utilisation(id, samples, relative, title) {
     const x = samples.map((s) => relative ? s.t / 3600 : toDate(s.t));
     const pct = (a, c) => samples.map((s) => s[c] > 0 ? 100 * s[a] / s[c] : 0);
     Plotly.react(id, [
       {x, y: pct("gpus_allocated", "gpus"), name: "GPUs", mode: "lines"},
       {x, y: pct("cpus_allocated", "cpus"), name: "CPUs", mode: "lines"},
       {x, y: pct("mem_gb_allocated", "mem_gb"), name: "memory", mode: "lines"},
-    ], layout("Allocated (% of capacity)", {yaxis: {range: [0, 105], ticksuffix: "%"},
+    ], layout(title || "Allocated (% of capacity)", {yaxis: {range: [0, 105], ticksuffix: "%"},
       xaxis: relative ? {title: {text: "hours"}} : {}}), config);
   }
 
-  function runningQueued(id, samples, relative) {
+  function runningQueued(id, samples, relative, title) {
     const x = samples.map((s) => relative ? s.t / 3600 : toDate(s.t));
     Plotly.react(id, [
       {x, y: samples.map((s) => s.running), name: "running", mode: "lines", line: {shape: "hv"}},
       {x, y: samples.map((s) => s.queued), name: "queued", mode: "lines", line: {shape: "hv"}},
-    ], layout("Jobs running and queued", {xaxis: relative ? {title: {text: "hours"}} : {}}), config);
+    ], layout(title || "Jobs running and queued", {xaxis: relative ? {title: {text: "hours"}} : {}}), config);
   }
 
   // series: {label: [job completion times in seconds]}
