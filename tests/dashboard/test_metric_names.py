@@ -8,9 +8,12 @@ nothing else does; names are snake_case under the component's prefix; units are 
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
+from pathlib import Path
 
+import yaml
 from live_cluster import LiveCluster
 from prometheus_client.parser import text_string_to_metric_families
 from synergyd_harness import wait_for
@@ -80,3 +83,42 @@ def test_every_exposed_family_follows_prometheus_naming(live: LiveCluster) -> No
         assert "synergy_agent_node_cpu_utilization_ratio" in agent_families, sorted(agent_families)
         problems += check(agent_families, "synergy_agent_")
     assert problems == [], "\n".join(problems)
+
+
+REPO = Path(__file__).resolve().parents[2]
+BOARD = REPO / "deploy" / "grafana" / "synergy-cluster.json"
+METRIC = re.compile(r"\b(?:synergyd|synergy_agent)_[a-z0-9_]+")
+
+
+def test_the_grafana_board_is_importable_and_queries_only_exposed_metrics(live: LiveCluster) -> None:
+    board = json.loads(BOARD.read_text())
+    # What Grafana's import needs: a datasource input the panels refer to, unique ids, a layout.
+    assert [i["name"] for i in board["__inputs"]] == ["DS_PROMETHEUS"]
+    assert board["uid"] and board["title"] and board["schemaVersion"] >= 36
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in board["panels"]:
+        assert p["datasource"]["uid"] == "${DS_PROMETHEUS}" and {"x", "y", "w", "h"} <= set(p["gridPos"]), p["title"]
+        assert p["targets"] and all(t["expr"] and t["refId"] for t in p["targets"]), p["title"]
+    wanted = {m for p in board["panels"] for t in p["targets"] for m in METRIC.findall(t["expr"])}
+    # The allocation-vs-share, utilisation, round-latency, renewal and throttling panels the issue asks for.
+    assert {"synergyd_job_allocated_cpus", "synergyd_job_proportional_share_cpus", "synergyd_resource_gpus",
+            "synergyd_round_decision_seconds_bucket", "synergyd_lease_renewals_total",
+            "synergyd_node_throttled_tasks", "synergy_agent_contention_actions_total"} <= wanted
+    exposed: set[str] = set()
+    texts = [_scrape(live.daemon.metrics_address)]
+    texts += [_scrape((a.work_dir / "metrics.address").read_text().strip()) for a in live.agents]
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            exposed |= {family.name, family.name + "_total" if family.type == "counter" else family.name}
+            exposed |= {s.name for s in family.samples}
+            if family.type == "histogram":
+                exposed |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count")}
+    assert wanted - exposed == set(), sorted(wanted - exposed)
+
+
+def test_the_prometheus_example_scrapes_the_daemon_and_the_agents() -> None:
+    config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {c["job_name"]: c for c in config["scrape_configs"]}
+    assert set(jobs) == {"synergyd", "synergy-agent"}
+    assert all(c["static_configs"][0]["targets"] for c in jobs.values())
