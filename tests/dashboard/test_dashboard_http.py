@@ -73,9 +73,12 @@ def test_every_page_and_view_needs_the_admin_token(
     assert _get(f"{base}/api/jobs/999", d.admin_token)[0] == 404
     assert _get(f"{base}/api/nothing", d.admin_token)[0] == 404
     assert _get(f"{base}/static/../../etc/passwd", d.admin_token)[0] == 404
-    samples = wait_for(lambda: json.loads(_get(f"{base}/api/history?window=600", d.admin_token)[2])["samples"],
-                       what="a history sample")
-    assert samples[-1]["gpus"] == 2
+    def last_sample() -> dict | None:
+        samples = json.loads(_get(f"{base}/api/history?window=600", d.admin_token)[2])["samples"]
+        return samples[-1] if samples and samples[-1]["running"] == 1 else None
+
+    sample = wait_for(last_sample, what="a history sample with the job running")
+    assert (sample["gpus"], sample["gpus_allocated"]) == (2, 1)
     assert _get(f"{base}/api/history?window=bad", d.admin_token)[0] == 200  # a bad window is all kept
     admin.close()
 
@@ -89,8 +92,9 @@ def test_the_history_is_bounded() -> None:
     h = History(max_samples=5, max_job_samples=3, max_jobs=2)
     for t in range(20):
         sample = ClusterSample(float(t), t, 8, 32, 100, 4, 16, 50, 2, 1)
-        h.add(sample, {t % 3: JobSample(float(t), 1, 2, 3, 4.0)})
+        jobs = [2] if t == 0 else [0, 1]  # job 2 sampled once, long ago; jobs 0 and 1 every time
+        h.add(sample, {j: JobSample(float(t), 1, 2, 3, 4.0) for j in jobs})
     assert [s["t"] for s in h.cluster()] == [15.0, 16.0, 17.0, 18.0, 19.0]
     assert [s["t"] for s in h.cluster(since=18)] == [18.0, 19.0]
-    assert h.job(2) == []  # of three jobs, the one sampled longest ago (t=17) was dropped
-    assert [s["t"] for s in h.job(1)] == [13.0, 16.0, 19.0]
+    assert h.job(2) == []  # of three jobs, the one sampled longest ago was dropped
+    assert [s["t"] for s in h.job(1)] == [17.0, 18.0, 19.0]
