@@ -18,6 +18,8 @@ from synergy.scheduler.model import Cluster, Resources, ServerPool
 
 #: Lines of a job's log the job page shows.
 LOG_LINES = 40
+#: Finished jobs the jobs table lists (the latest ones; every active job is always listed).
+FINISHED_LISTED = 500
 
 
 def _res(r: Resources | None) -> dict[str, float] | None:
@@ -73,10 +75,15 @@ def _job_row(parts: Parts, job: JobRecord, cluster: Cluster) -> dict[str, Any]:
 
 
 def jobs(parts: Parts) -> dict[str, Any]:
+    """Every active job and the latest `FINISHED_LISTED` finished ones (a long-lived cluster
+    has finished jobs by the ten thousand: `synergy jobs` pages through them)."""
     with parts.ctx.lock:
         cluster = parts.rounds.cluster()
-        rows = [_job_row(parts, j, cluster) for j in sorted(parts.ctx.store.jobs(), key=lambda j: j.id)]
-    return {"now": parts.ctx.clock.now(), "jobs": rows}
+        every = sorted(parts.ctx.store.jobs(), key=lambda j: j.id)
+        finished = [j for j in every if j.state.terminal]
+        shown = {j.id for j in finished[-FINISHED_LISTED:]}
+        rows = [_job_row(parts, j, cluster) for j in every if not j.state.terminal or j.id in shown]
+    return {"now": parts.ctx.clock.now(), "jobs": rows, "finished_not_listed": len(finished) - len(shown)}
 
 
 def cluster(parts: Parts) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """The dashboard in a real browser: headless Chromium over the DevTools protocol against a
-live local cluster (conftest.py). Skips with one line where no Chromium is installed."""
+live local cluster (conftest.py), and a `synergy-sim --html` report opened from a file with
+the network off. Where no Chromium is installed the module skips, with one line saying so."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -12,7 +15,8 @@ from browser import Browser, Page, find_chromium
 from live_cluster import LiveCluster
 
 CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed (.ci/run installs Debian's)")
+if CHROMIUM is None:
+    pytest.skip("dashboard browser tests: no chromium installed (.ci/run installs Debian's)", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +111,36 @@ def test_the_dashboard_fetches_nothing_from_outside_and_asks_for_the_token(live:
     assert outside == [], outside
     cluster = json.loads(live.get("/api/cluster"))
     assert {n["id"] for n in cluster["nodes"]} == {"gpu-a", "gpu-b"}
+
+
+@pytest.fixture
+def offline_page() -> Iterator[Page]:
+    assert CHROMIUM is not None
+    # No network at all: every http(s) request goes to a proxy that is not there, and the
+    # DevTools network emulation is offline too.
+    b = Browser(CHROMIUM, "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
+    p = b.page()
+    p.send("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1)
+    yield p
+    p.close()
+    b.close()
+
+
+def test_a_simulator_html_report_opens_offline_from_a_file(tmp_path: Path, offline_page: Page, artifacts: Path) -> None:
+    report = tmp_path / "report.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "synergy.scheduler.simulator.cli", "compare", "--mechanisms", "proportional,tune",
+         "--jobs", "200", "--servers", "4", "--measure", "50:150", "--jobs-parallel", "1", "--html", str(report)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = offline_page
+    page.goto(report.as_uri())
+    page.wait("document.body.dataset.ready === '1'", what="the report's script to finish")
+    assert page.eval("document.querySelectorAll('#metrics tr').length") == 3  # header + two mechanisms
+    assert page.eval("document.getElementById('cdf').data.map((t) => t.name)") == ["proportional", "tune"]
+    assert page.eval("document.getElementById('cdf').data[0].x.length") == 100  # the measured jobs
+    assert page.eval("document.querySelectorAll('#runs .main-svg').length") >= 4
+    page.screenshot(artifacts / "sim-report.png")
+    outside = [u for u in page.requests if not u.startswith(("file:", "data:"))]
+    assert outside == [], outside
+    assert page.errors == [], page.errors

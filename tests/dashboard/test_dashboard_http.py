@@ -4,6 +4,8 @@ the admin-token check, the JSON views' shapes, and the history's bounds."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -98,3 +100,10 @@ def test_the_history_is_bounded() -> None:
     assert [s["t"] for s in h.cluster(since=18)] == [18.0, 19.0]
     assert h.job(2) == []  # of three jobs, the one sampled longest ago was dropped
     assert [s["t"] for s in h.job(1)] == [17.0, 18.0, 19.0]
+
+
+def test_sim_html_to_a_missing_directory_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "synergy.scheduler.simulator.cli", "--jobs", "20",
+                           "--html", str(tmp_path / "nowhere" / "r.html")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"synergy-sim: error: --html {tmp_path / 'nowhere' / 'r.html'}: its directory does not exist"

@@ -105,6 +105,8 @@ function renderJobs(data) {
     el("td", {}, el("span", {class: "badge " + j.state}, j.state)), el("td", {}, String(j.gpus)),
     el("td", {class: "cpus"}, vsShare(j.allocated, j.share, "cpus")), el("td", {class: "mem"}, vsShare(j.allocated, j.share, "mem_gb")),
     el("td", {}, fmt(j.samples_per_s)), el("td", {}, j.waiting_reason), el("td", {}, j.profile_source))));
+  document.getElementById("jobs-note").textContent = data.finished_not_listed ?
+    `${data.finished_not_listed} older finished jobs not listed ("synergy jobs" lists every job)` : "";
   for (const th of document.querySelectorAll("#jobs th")) {
     th.classList.toggle("sorted", th.dataset.key === sort.key);
     th.classList.toggle("asc", th.dataset.key === sort.key && sort.asc);
