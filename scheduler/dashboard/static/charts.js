@@ -30,13 +30,15 @@ const Charts = (() => {
     ], layout(title || "Jobs running and queued", {xaxis: relative ? {title: {text: "hours"}} : {}}), config);
   }
 
-  // series: {label: [job completion times in seconds]}
+  // series: {label: [job completion times in seconds]}; the axis in s, min or h by the longest.
   function jctCdf(id, series) {
+    const longest = Math.max(0, ...Object.values(series).flat());
+    const [unit, per] = longest < 120 ? ["seconds", 1] : longest < 7200 ? ["minutes", 60] : ["hours", 3600];
     const traces = Object.entries(series).map(([name, jcts]) => {
-      const xs = jcts.slice().sort((a, b) => a - b).map((s) => s / 3600);
+      const xs = jcts.slice().sort((a, b) => a - b).map((s) => s / per);
       return {x: xs, y: xs.map((_, i) => (i + 1) / xs.length), name, mode: "lines", line: {shape: "hv"}};
     });
-    Plotly.react(id, traces, layout("JCT CDF (finished jobs)", {xaxis: {title: {text: "hours"}},
+    Plotly.react(id, traces, layout("JCT CDF (finished jobs)", {xaxis: {title: {text: unit}, rangemode: "tozero"},
       yaxis: {range: [0, 1.02], title: {text: "fraction"}}}), config);
   }
 
