@@ -228,7 +228,8 @@ class EventLoop:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:  # a start that failed before it stops it too
+            self._thread.join(timeout=10)
 
     @property
     def alive(self) -> bool:

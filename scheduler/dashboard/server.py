@@ -14,6 +14,7 @@ until they do, whoever has the admin token sees every job.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -24,6 +25,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from synergy.scheduler.daemon.events import Parts, PeriodicEvent
 from synergy.scheduler.daemon.logs import LOGGER, event
+from synergy.scheduler.daemon.server import BindError
 from synergy.scheduler.dashboard import views
 from synergy.scheduler.dashboard.assets import plotly_js, static_text
 from synergy.scheduler.dashboard.history import History
@@ -143,9 +145,16 @@ class DashboardServer:
             def log_message(self, format: str, *args: object) -> None:  # page polls are not news
                 pass
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._httpd = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise BindError(f"--dashboard-port: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
+        if not ipaddress.ip_address(self._httpd.server_address[0]).is_loopback:
+            event(log, "dashboard.exposed", logging.WARNING, host=host, port=self.port,
+                  advice="plain HTTP beyond this machine: the admin token crosses the network in the clear; "
+                         "prefer the loopback default and an SSH tunnel (docs/dashboard.md)")
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="dashboard-http", daemon=True)
 
     def start(self) -> None:

@@ -4,6 +4,7 @@ the admin-token check, the JSON views' shapes, and the history's bounds."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -83,6 +84,18 @@ def test_every_page_and_view_needs_the_admin_token(
     assert (sample["gpus"], sample["gpus_allocated"]) == (2, 1)
     assert _get(f"{base}/api/history?window=bad", d.admin_token)[0] == 200  # a bad window is all kept
     admin.close()
+
+
+def test_a_dashboard_port_in_use_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "synergy.scheduler.daemon.main", "--state-dir", str(tmp_path / "s"),
+                               "--port", "0", "--dashboard-port", str(port)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("{")]  # JSON log lines aside
+    assert lines == [f"synergyd: --dashboard-port: cannot listen on 127.0.0.1:{port} (Address already in use)"], lines
 
 
 def test_the_daemon_without_the_flag_serves_no_dashboard(start_daemon: Callable[..., DaemonProcess]) -> None:
