@@ -46,7 +46,8 @@ def test_the_cluster_page_shows_nodes_running_jobs_and_their_allocations(
     page.goto(live.login)
     page.wait("Number(document.body.dataset.polls || 0) >= 2", what="two polls of the JSON views")
     rows = _rows(page)
-    for name in ("finisher", "steady", "small"):
+    # (finisher too, unless the live-view test already finished it: xdist may run that first)
+    for name in ("steady", "small") if rows["finisher"]["state"] == "succeeded" else ("finisher", "steady", "small"):
         assert rows[name]["state"] == "running", rows
         assert "(" in rows[name]["cpus"] and rows[name]["cpus"].split()[0] != "", rows  # held (share)
     assert rows["waiting"]["state"] == "queued", rows
