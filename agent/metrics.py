@@ -77,7 +77,7 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 def _node_gauges(node: str, s: NodeSample) -> Iterator[Metric]:
     plain = [
         ("node_cpu_cores_busy", "Busy cores of the agent's slice", s.cpu_cores_busy),
-        ("node_cpu_util_pct", "CPU utilisation of the agent's slice (%)", s.cpu_util_pct),
+        ("node_cpu_utilization_ratio", "CPU utilisation of the agent's slice (0-1)", s.cpu_util_pct / 100),
         ("node_memory_used_bytes", "Memory in use on the machine", s.mem_used_bytes),
         ("node_tasks_running", "Tasks running", len(s.tasks)),
     ]
@@ -92,15 +92,15 @@ def _node_gauges(node: str, s: NodeSample) -> Iterator[Metric]:
     peak = _gauge("node_membw_peak_bytes_per_second", "Calibrated peak memory bandwidth", ["node", "source"])
     peak.add_metric([node, s.membw_peak.source], s.membw_peak.bytes_per_s)
     yield peak
-    psi = _gauge("node_pressure_some_avg10", "PSI: share of the last 10 s some task stalled (%)",
+    psi = _gauge("node_pressure_some_avg10_ratio", "PSI: share of the last 10 s some task stalled (0-1)",
                  ["node", "resource"])
     for r, p in s.pressure.items():
-        psi.add_metric([node, r], p.some_avg10)
+        psi.add_metric([node, r], p.some_avg10 / 100)
     yield psi
-    gu = _gauge("node_gpu_util_pct", "GPU utilisation (%)", ["node", "gpu"])
+    gu = _gauge("node_gpu_utilization_ratio", "GPU utilisation (0-1)", ["node", "gpu"])
     gm = _gauge("node_gpu_memory_used_bytes", "GPU memory in use", ["node", "gpu"])
     for g in s.gpus:
-        gu.add_metric([node, str(g.index)], g.utilization_pct)
+        gu.add_metric([node, str(g.index)], g.utilization_pct / 100)
         gm.add_metric([node, str(g.index)], g.memory_used_gb * 1024**3)
     yield gu
     yield gm
@@ -114,7 +114,6 @@ _TASK_GAUGES = (
     ("task_major_faults_per_second", "Major page faults per second", "major_faults_per_s"),
     ("task_read_bytes_per_second", "Bytes read from storage per second", "read_bytes_per_s"),
     ("task_write_bytes_per_second", "Bytes written to storage per second", "write_bytes_per_s"),
-    ("task_gpu_util_pct", "Mean utilisation of the task's GPUs (%)", "gpu_util_pct"),
 )
 
 
@@ -126,13 +125,16 @@ def _task_gauges(node: str, s: NodeSample) -> Iterator[Metric]:
         yield g
     bw = _gauge("task_membw_bytes_per_second", "Memory bandwidth of the task (source: resctrl-mbm or estimate)",
                 ["node", "task", "source"])
-    psi = _gauge("task_pressure_some_avg10", "PSI of the task's cgroup (%)", ["node", "task", "resource"])
+    psi = _gauge("task_pressure_some_avg10_ratio", "PSI of the task's cgroup (0-1)", ["node", "task", "resource"])
+    gpu = _gauge("task_gpu_utilization_ratio", "Mean utilisation of the task's GPUs (0-1)", ["node", "task"])
     for key, t in s.tasks.items():
         bw.add_metric([node, key, t.membw.source], t.membw.bytes_per_s)
+        gpu.add_metric([node, key], t.gpu_util_pct / 100)
         for r, p in t.pressure.items():
-            psi.add_metric([node, key, r], p.some_avg10)
+            psi.add_metric([node, key, r], p.some_avg10 / 100)
     yield bw
     yield psi
+    yield gpu
 
 
 class MetricsServer:

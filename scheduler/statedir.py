@@ -36,6 +36,7 @@ CLUSTER_TOKEN_FILE = "cluster.token"
 ADMIN_TOKEN_FILE = "admin.token"
 ADDRESS_FILE = "address"
 METRICS_ADDRESS_FILE = "metrics_address"
+DASHBOARD_ADDRESS_FILE = "dashboard_address"
 AGENT_ADDRESS_FILE = "agent_address"
 #: The ports the last run picked for `--port 0` / `--agent-port 0` ("PORT AGENT_PORT"); kept
 #: after exit (the address files are not), so a restart binds them again when free.
@@ -412,7 +413,7 @@ class StateDir:
         """Remove the address files and release the lock (only if this process holds it)."""
         if self._lock_fd is None:
             return
-        for name in (ADDRESS_FILE, METRICS_ADDRESS_FILE, AGENT_ADDRESS_FILE):
+        for name in (ADDRESS_FILE, METRICS_ADDRESS_FILE, AGENT_ADDRESS_FILE, DASHBOARD_ADDRESS_FILE):
             (self.path / name).unlink(missing_ok=True)
         os.close(self._lock_fd)  # releases the flock
         self._lock_fd = None

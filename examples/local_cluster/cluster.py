@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from synergy.scheduler.statedir import ADDRESS_FILE
+from synergy.scheduler.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, DASHBOARD_ADDRESS_FILE
 
 #: Where cgroup controllers are mounted (v1: one folder per controller; v2: the root itself).
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -73,7 +73,7 @@ class LocalCluster:
     # -- starting ---------------------------------------------------------------------------------
     def start_daemon(self) -> Child:
         argv = [sys.executable, "-m", "synergy.scheduler.daemon.main", "--state-dir", str(self.state_dir),
-                "--port", "0", "--round-s", f"{self.round_s:g}", "--log-format", "text"]
+                "--port", "0", "--round-s", f"{self.round_s:g}", "--log-format", "text", "--dashboard-port", "0"]
         return self._spawn("synergyd", argv)
 
     def start_agents(self) -> list[Child]:
@@ -100,11 +100,16 @@ class LocalCluster:
         """synergyd writes its address file once it listens (the CLI client reads it there)."""
         daemon = self.children[0]
         deadline = time.monotonic() + timeout_s
-        while not (self.state_dir / ADDRESS_FILE).exists():
+        while not all((self.state_dir / f).exists() for f in (ADDRESS_FILE, DASHBOARD_ADDRESS_FILE)):
             self.check_alive()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"synergyd did not listen within {timeout_s:g} s; see {daemon.log}")
             time.sleep(0.1)
+
+    def dashboard_url(self) -> str:
+        """The web dashboard's sign-in URL (it carries the admin token; docs/dashboard.md)."""
+        address = (self.state_dir / DASHBOARD_ADDRESS_FILE).read_text().strip()
+        return f"http://{address}/?token={(self.state_dir / ADMIN_TOKEN_FILE).read_text().strip()}"
 
     def check_alive(self) -> None:
         for child in self.children:

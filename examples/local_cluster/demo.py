@@ -132,6 +132,7 @@ def run(cluster: LocalCluster, workload: list[Entry], args: argparse.Namespace, 
     daemon = cluster.start_daemon()
     console.print(f"synergyd pid {daemon.proc.pid}, round {args.round_s:g} s", markup=False)
     cluster.wait_for_address(timeout_s=30)
+    console.print(f"dashboard: {cluster.dashboard_url()}", markup=False, soft_wrap=True)
     for agent, cores in zip(cluster.start_agents(), cluster.slices):
         console.print(f"{agent.name} pid {agent.proc.pid}, cores {cores}, {cluster.mem_gb_per_agent:g} GB, "
                       f"{cluster.gpus_per_agent} fake GPUs", markup=False)

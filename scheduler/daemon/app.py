@@ -37,11 +37,14 @@ from synergy.scheduler.daemon.servicers.admin_servicer import VERSION, AdminServ
 from synergy.scheduler.daemon.servicers.job_servicer import JobServicer
 from synergy.scheduler.daemon.servicers.node_servicer import NodeServicer
 from synergy.scheduler.daemon.store import StateStore, open_store
+from synergy.scheduler.dashboard.history import History
+from synergy.scheduler.dashboard.server import DashboardServer, SampleEvent
 from synergy.scheduler.statedir import (
     ADDRESS_FILE,
     ADMIN_TOKEN_FILE,
     AGENT_ADDRESS_FILE,
     CLUSTER_TOKEN_FILE,
+    DASHBOARD_ADDRESS_FILE,
     METRICS_ADDRESS_FILE,
     StateDir,
 )
@@ -105,6 +108,7 @@ class App:
         self.servers: Servers | None = None
         self.loop: LoopThread | None = None
         self.metrics_server: MetricsServer | None = None
+        self.dashboard: DashboardServer | None = None
         self.events: EventLoop | None = None
         self.store: StateStore | None = None
         self.address = ""
@@ -145,7 +149,11 @@ class App:
                 self.state_dir.previous_ports(),
             )
         )
-        self.events = EventLoop([t(self) for t in event_types], self.clock, self.log)
+        extra: list[PeriodicEvent] = []
+        if cfg.dashboard_port is not None:  # the dashboard's charts over time need samples
+            self.history = History()
+            extra.append(SampleEvent(self, self.history))
+        self.events = EventLoop([*(t(self) for t in event_types), *extra], self.clock, self.log)
         self.loop.run(servers.server.start())
         self.loop.run(servers.set_serving(True))
         self.address = f"{cfg.host}:{self.servers.port}"
@@ -159,6 +167,10 @@ class App:
             )
             self.metrics_server.start()
             self.state_dir.write_address(METRICS_ADDRESS_FILE, f"{cfg.host}:{self.metrics_server.port}")
+        if cfg.dashboard_port is not None:
+            self.dashboard = DashboardServer(self, self.history, cfg.dashboard_host, cfg.dashboard_port, admin_token)
+            self.dashboard.start()
+            self.state_dir.write_address(DASHBOARD_ADDRESS_FILE, f"{cfg.dashboard_host}:{self.dashboard.port}")
         self.events.start()
         event(
             self.log,
@@ -175,6 +187,7 @@ class App:
             tls=cfg.tls_cert is not None,
             agent_port=self.servers.agent_port,
             metrics_port=self.metrics_server.port if self.metrics_server else None,
+            dashboard_port=self.dashboard.port if self.dashboard else None,
         )
 
     def healthy(self) -> bool:
@@ -223,6 +236,8 @@ class App:
             self.ctx.decider.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        if self.dashboard is not None:
+            self.dashboard.stop()
         if self.store is not None:
             self.store.close()
         self.state_dir.close()

@@ -38,6 +38,9 @@ class DaemonConfig:
     host: str = "127.0.0.1"
     port: int = 50051
     metrics_port: int | None = None
+    #: The read-only web dashboard (scheduler/dashboard; docs/dashboard.md): off by default.
+    dashboard_port: int | None = None
+    dashboard_host: str = "127.0.0.1"
     policy: str = "fifo"
     mechanism: str = "tune"
     #: Placement scorer by name ("" = the mechanism's own: best fit for tune).
@@ -125,6 +128,9 @@ HELP: dict[str, str] = {
     "port": "gRPC port; 0 picks a free one, printed and written to STATE_DIR/address (default 50051)",
     "metrics_port": "HTTP port for Prometheus /metrics and /healthz; 0 picks a free one, written to "
     "STATE_DIR/metrics_address (default: off)",
+    "dashboard_port": "HTTP port of the read-only web dashboard (docs/dashboard.md); 0 picks a free one, "
+    "written to STATE_DIR/dashboard_address; it asks for the admin token once (default: off)",
+    "dashboard_host": "interface the dashboard listens on (default 127.0.0.1: loopback only)",
     "config": "TOML file with any of these settings (keys are flag names); flags win over the file",
     "policy": f"scheduling policy: {', '.join(POLICIES)} (default fifo; changeable at runtime)",
     "mechanism": f"allocation mechanism: {', '.join(MECHANISMS)} (default tune)",
@@ -258,7 +264,8 @@ def _validate(c: DaemonConfig) -> None:
         raise ConfigError(f"--mechanism: unknown mechanism {c.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
     if c.scorer and c.scorer not in SCORERS:
         raise ConfigError(f"--scorer: unknown scorer {c.scorer!r}; choose one of {', '.join(SCORERS)}")
-    for flag, port in (("port", c.port), ("metrics-port", c.metrics_port), ("agent-port", c.agent_port)):
+    for flag, port in (("port", c.port), ("metrics-port", c.metrics_port), ("agent-port", c.agent_port),
+                       ("dashboard-port", c.dashboard_port)):
         if port is not None and not 0 <= int(port) <= 65535:
             raise ConfigError(f"--{flag} must be between 0 and 65535, got {port}")
     try:

@@ -21,7 +21,10 @@ from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.profiling import ProfilingBook
 from synergy.scheduler.daemon.records import JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
-from synergy.scheduler.model import Resources
+from synergy.scheduler.daemon.metrics import set_resources
+from synergy.scheduler.daemon.records import JobRecord
+from synergy.scheduler.daemon.servicers.admin_servicer import proportional_share
+from synergy.scheduler.model import Cluster, Resources
 
 
 #: An event taking longer than this is logged (it holds up RPCs waiting for the state lock).
@@ -179,6 +182,8 @@ def refresh_gauges(parts: Parts) -> None:
                 since = job.checkpoint_at or job.started_at
                 checkpoints.append((str(job.id), max(0.0, now - since), job.checkpoint_step))
         views = parts.nodes.list()
+        placed = [j for j in ctx.store.active_jobs() if j.placed]
+        cluster = parts.rounds.cluster()
     m.job_checkpoint_age.clear()
     m.job_checkpoint_step.clear()
     for job_id, age, step in checkpoints:
@@ -198,10 +203,24 @@ def refresh_gauges(parts: Parts) -> None:
     for state, n in node_states.items():
         m.nodes.labels(state).set(n)
     free = capacity - allocated
-    for res in ("gpus", "cpus", "mem_gb"):
-        m.resources.labels(res, "capacity").set(getattr(capacity, res))
-        m.resources.labels(res, "allocated").set(getattr(allocated, res))
-        m.resources.labels(res, "free").set(getattr(free, res))
+    for kind, value in (("capacity", capacity), ("allocated", allocated), ("free", free)):
+        set_resources(m.resources, (kind,), value)
+    _job_gauges(parts, placed, cluster)
+
+
+def _job_gauges(parts: Parts, placed: list[JobRecord], cluster: Cluster) -> None:
+    """Per placed job: what it holds, its GPU-proportional share, its throughput; jobs no
+    longer placed drop out (the label sets are cleared first)."""
+    m = parts.ctx.metrics
+    for gauge in (*m.job_allocated.values(), *m.job_proportional_share.values(), m.job_throughput):
+        gauge.clear()
+    for job in placed:
+        labels = (str(job.id), job.name)
+        set_resources(m.job_allocated, labels, sum((p.resources for p in job.placements), Resources()))
+        share = proportional_share(job, cluster)
+        if share is not None:
+            set_resources(m.job_proportional_share, labels, share)
+        m.job_throughput.labels(*labels).set(parts.jobs.view(job).samples_per_s)
 
 
 @dataclass
@@ -219,7 +238,8 @@ class EventLoop:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:  # a start that failed before it stops it too
+            self._thread.join(timeout=10)
 
     @property
     def alive(self) -> bool:

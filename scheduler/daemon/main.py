@@ -64,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     print(f"synergyd listening on {app.address}", flush=True)  # after the handlers: a SIGTERM now is graceful
+    if app.dashboard is not None:
+        print(f"synergyd dashboard on http://{app.config.dashboard_host}:{app.dashboard.port}/", flush=True)
     # Timed waits: a signal may land on one of gRPC's threads, and the handler only runs
     # when the main thread executes bytecode; an untimed wait could sleep through SIGTERM.
     while not done.wait(0.2):

@@ -15,6 +15,22 @@ from typing import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from synergy.scheduler.daemon.logs import LOGGER
+from synergy.scheduler.model import Resources
+
+
+#: The resource gauges' units (Prometheus names carry base units), each with how it is read
+#: from a `Resources` (memory is kept in GiB).
+RESOURCE_UNITS: dict[str, Callable[[Resources], float]] = {
+    "gpus": lambda r: float(r.gpus),
+    "cpus": lambda r: float(r.cpus),
+    "memory_bytes": lambda r: float(r.mem_gb) * 2**30,
+}
+
+
+def set_resources(gauges: dict[str, Gauge], labels: tuple[str, ...], value: Resources) -> None:
+    """Set one gauge per unit of `RESOURCE_UNITS` from `value`."""
+    for unit, read in RESOURCE_UNITS.items():
+        gauges[unit].labels(*labels).set(read(value))
 
 
 @dataclass
@@ -46,12 +62,12 @@ class Metrics:
         self.queue_length = Gauge("synergyd_queue_length", "Jobs waiting in QUEUED.", registry=r)
         self.running_jobs = Gauge("synergyd_running_jobs", "Jobs in RUNNING.", registry=r)
         self.jobs = Gauge("synergyd_jobs", "Jobs per lifecycle state.", ["state"], registry=r)
-        self.resources = Gauge(
-            "synergyd_resources",
-            "Schedulable resources: capacity, allocated and free, per resource.",
-            ["resource", "kind"],
-            registry=r,
-        )
+        # One gauge per unit (Prometheus: never mix units in one metric), each by kind.
+        self.resources = {
+            unit: Gauge(f"synergyd_resource_{unit}", f"Schedulable resources ({unit}): capacity, allocated, free.",
+                        ["kind"], registry=r)
+            for unit in RESOURCE_UNITS
+        }
         self.nodes = Gauge("synergyd_nodes", "Registered nodes per state.", ["state"], registry=r)
         self.lease_renewals = Counter(
             "synergyd_lease_renewals", "Lease renewals answered, by action.", ["action"], registry=r
@@ -69,11 +85,11 @@ class Metrics:
         self.node_rss_bytes = Gauge("synergyd_node_rss_bytes", "Resident memory in use on the node.", ["node"],
                                     registry=r)
         self.node_mem_bandwidth = Gauge(
-            "synergyd_node_mem_bandwidth_gbps", "Memory bandwidth in use on the node, GB/s, by source.",
+            "synergyd_node_memory_bandwidth_bytes_per_second", "Memory bandwidth in use on the node, by source.",
             ["node", "source"], registry=r)
         self.node_mem_bandwidth_peak = Gauge(
-            "synergyd_node_mem_bandwidth_peak_gbps", "Calibrated peak memory bandwidth of the node, GB/s, by source.",
-            ["node", "source"], registry=r)
+            "synergyd_node_memory_bandwidth_peak_bytes_per_second",
+            "Calibrated peak memory bandwidth of the node, by source.", ["node", "source"], registry=r)
         self.node_throttled_tasks = Gauge(
             "synergyd_node_throttled_tasks", "Tasks the node's contention eliminator (CODA) throttles now.",
             ["node"], registry=r)
@@ -86,6 +102,21 @@ class Metrics:
             ["job"], registry=r)
         self.job_checkpoint_step = Gauge(
             "synergyd_job_checkpoint_step", "Step of the running job's last reported checkpoint.", ["job"], registry=r)
+        # Per placed job (set at scrape time, cleared of jobs no longer placed): what it holds
+        # against its GPU-proportional share, the picture the Grafana board draws.
+        self.job_allocated = {
+            unit: Gauge(f"synergyd_job_allocated_{unit}", f"What a placed job holds ({unit}).", ["job", "name"],
+                        registry=r)
+            for unit in RESOURCE_UNITS
+        }
+        self.job_proportional_share = {
+            unit: Gauge(f"synergyd_job_proportional_share_{unit}",
+                        f"A placed job's GPU-proportional share ({unit}).", ["job", "name"], registry=r)
+            for unit in RESOURCE_UNITS
+        }
+        self.job_throughput = Gauge(
+            "synergyd_job_throughput_samples_per_second", "A placed job's latest reported throughput.",
+            ["job", "name"], registry=r)
         self.transitions = Counter(
             "synergyd_job_transitions", "Job lifecycle transitions, by target state.", ["to"], registry=r
         )

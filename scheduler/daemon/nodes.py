@@ -178,7 +178,7 @@ class NodeBook:
         for gauge, bw in ((m.node_mem_bandwidth, usage.get("mem_bandwidth")),
                           (m.node_mem_bandwidth_peak, telemetry.get("peak_mem_bandwidth"))):
             if bw:
-                gauge.labels(node_id, bw.get("source", "")).set(float(bw.get("gb_per_s", 0.0)))
+                gauge.labels(node_id, bw.get("source", "")).set(float(bw.get("gb_per_s", 0.0)) * 1e9)
 
     # -- admin calls ----------------------------------------------------------------------------
     def get(self, node_id: str) -> NodeRecord:

@@ -34,7 +34,7 @@ from synergy.scheduler.simulator.experiment import (
 )
 from synergy.scheduler.simulator.metrics import write_utilisation_csv
 from synergy.scheduler.simulator.pool import default_workers
-from synergy.scheduler.simulator.report import print_run, warn_unfinished
+from synergy.scheduler.simulator.report import describe, print_run, warn_unfinished
 from synergy.scheduler.simulator.trace import COLUMNS, write_trace
 from synergy.scheduler.simulator.workload import (
     DEFAULT_SPLIT,
@@ -211,6 +211,7 @@ def _run_parser() -> _Parser:
                         "wall_s, ...")
     o.add_argument("--utilisation-csv", default=None, metavar="FILE",
                    help="write allocated GPU/CPU/memory and used CPU/memory fractions over time to this CSV")
+    _add_html_flag(o)
     _add_cpu_array_flags(p)
     return p
 
@@ -226,7 +227,29 @@ def _compare_parser() -> _Parser:
     o.add_argument("--json", action="store_true", help="print one JSON object: metrics per mechanism")
     o.add_argument("-j", "--jobs-parallel", type=int, default=default_workers(),
                    help="worker processes, one simulation each (default: number of cores, here %(default)s)")
+    _add_html_flag(o)
     return p
+
+
+def _add_html_flag(o: argparse._ArgumentGroup) -> None:
+    o.add_argument("--html", default=None, metavar="FILE",
+                   help="also write a self-contained HTML report (metrics compared, JCT CDFs, utilisation and "
+                        "jobs over time; the dashboard's charts, no network needed to open it)")
+
+
+def _check_html(path: str | None) -> None:
+    if path and not Path(path).resolve().parent.is_dir():
+        raise SimInputError(f"--html {path}: its directory does not exist")
+
+
+def write_html(path: str, title: str, runs: list[dict[str, Any]]) -> None:
+    from synergy.scheduler.dashboard.report import write_report
+
+    try:
+        write_report(path, title, runs)
+    except OSError as exc:
+        raise SimInputError(f"--html {path}: cannot write ({exc.strerror})") from None
+    print(f"{PROG}: wrote {path}", file=sys.stderr)
 
 
 def _sweep_parser() -> _Parser:
@@ -336,12 +359,18 @@ def run_main(argv: Sequence[str]) -> int:
     spec = spec_from_args(args)
     if args.utilisation_csv and not Path(args.utilisation_csv).resolve().parent.is_dir():
         raise SimInputError(f"--utilisation-csv {args.utilisation_csv}: its directory does not exist")
+    _check_html(args.html)
     prep = prepare(spec)
     if args.record_trace:
         write_trace(args.record_trace, prep.workload)
     report = simulate(prep)
     if args.utilisation_csv:
         write_utilisation_csv(args.utilisation_csv, report.result)
+    if args.html:
+        from synergy.scheduler.dashboard.report import run_data
+
+        write_html(args.html, f"{PROG}: {describe(prep)}", [run_data(spec.mechanism, report.metrics, report.result,
+                                                                      report.measured)])
     warn_unfinished(report.metrics)
     if args.json:
         print(json.dumps(report.metrics))
@@ -362,7 +391,9 @@ def compare_main(argv: Sequence[str]) -> int:
     args = _compare_parser().parse_args(argv)
     mechanisms = parse_mechanisms(args.mechanisms)
     spec = spec_from_args(args, mechanisms[0])
-    return run_compare(spec, mechanisms, _check_workers(args.jobs_parallel), args.json, args.record_trace)
+    _check_html(args.html)
+    return run_compare(spec, mechanisms, _check_workers(args.jobs_parallel), args.json, args.record_trace,
+                       args.html)
 
 
 def sweep_main(argv: Sequence[str]) -> int:

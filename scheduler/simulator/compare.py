@@ -25,6 +25,15 @@ def _one(task: tuple[Prepared, str]) -> dict[str, Any]:
     return simulate(prep, mechanism).metrics
 
 
+def _one_with_report(task: tuple[Prepared, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Metrics and the HTML report's condensed data of one mechanism (in a worker process)."""
+    from synergy.scheduler.dashboard.report import run_data
+
+    prep, mechanism = task
+    report = simulate(prep, mechanism)
+    return report.metrics, run_data(mechanism, report.metrics, report.result, report.measured)
+
+
 def compare(prep: Prepared, mechanisms: Sequence[str], workers: int = 1,
             on_done: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Metrics of each mechanism over the prepared workload, in the order given."""
@@ -32,7 +41,7 @@ def compare(prep: Prepared, mechanisms: Sequence[str], workers: int = 1,
 
 
 def run_compare(spec: RunSpec, mechanisms: Sequence[str], workers: int, as_json: bool,
-                record_trace: str | None = None) -> int:
+                record_trace: str | None = None, html: str | None = None) -> int:
     prep = prepare(spec)
     if record_trace:
         write_trace(record_trace, prep.workload)
@@ -40,7 +49,18 @@ def run_compare(spec: RunSpec, mechanisms: Sequence[str], workers: int, as_json:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False) as progress:
         bar = progress.add_task(f"compare {', '.join(mechanisms)} ({workers} workers)", total=len(mechanisms))
-        rows = compare(prep, mechanisms, workers, lambda i, r: progress.advance(bar))
+
+        def tick(_i: int, _row: object) -> None:
+            progress.advance(bar)
+
+        if html:
+            from synergy.scheduler.simulator.cli import PROG, write_html
+
+            pairs = run_parallel(_one_with_report, [(prep, m) for m in mechanisms], workers, tick)
+            rows = [m for m, _ in pairs]
+            write_html(html, f"{PROG} compare: {describe(prep)}", [d for _, d in pairs])
+        else:
+            rows = compare(prep, mechanisms, workers, tick)
     for m in rows:
         warn_unfinished(m)
     if as_json:

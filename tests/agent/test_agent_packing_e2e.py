@@ -102,7 +102,7 @@ def test_two_packed_jobs_share_one_gpu_index_and_stop_with_their_host(daemon: In
         # the node's one GPU is allocated once, not twice
         (node,) = admin.ListNodes(admin_pb2.ListNodesRequest()).nodes
         assert node.allocated.gpus == 1 and node.free.gpus == 0 and node.allocated.cpus == pytest.approx(1.5)
-        assert 'synergyd_resources{kind="allocated",resource="gpus"} 1.0' in daemon.metrics()
+        assert 'synergyd_resource_gpus{kind="allocated"} 1.0' in daemon.metrics()
         # the host is not chosen any more (the hand keeps the partner packed with it): both stop
         daemon.hand.allocations = {p: daemon.hand.allocations[p]}
         wait_for(lambda: admin.state(p) == "queued" and admin.state(h) == "queued", timeout=60,

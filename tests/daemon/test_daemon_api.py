@@ -164,14 +164,14 @@ def test_metrics_and_healthz(daemon: DaemonProcess, admin: Admin) -> None:
 
     def scraped() -> str:
         text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
-        return text if "synergyd_resources{" in text else ""
+        return text if "synergyd_resource_gpus{" in text else ""
 
     text = wait_for(scraped, what="gauges to be published")
     for name in (
         "synergyd_round_decision_seconds_bucket",
         "synergyd_queue_length",
         "synergyd_running_jobs",
-        'synergyd_resources{kind="free",resource="gpus"}',
+        'synergyd_resource_gpus{kind="free"}',
         "synergyd_rpc_errors_total",
         "synergyd_lease_renewals_total",
         "synergyd_rounds_total",

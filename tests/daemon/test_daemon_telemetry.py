@@ -107,8 +107,8 @@ def test_telemetry_reaches_nodes_describe_and_metrics(daemon: DaemonProcess) -> 
     assert t.usage.cpu_cores == 1.75 and t.usage.mem_bandwidth.source == "estimate"
     assert t.usage.rss_bytes == 300 * 2**20
     text = urllib.request.urlopen(f"http://{daemon.metrics_address}/metrics", timeout=10).read().decode()
-    assert 'synergyd_node_mem_bandwidth_gbps{node="tele",source="estimate"} 6.5' in text
-    assert 'synergyd_node_mem_bandwidth_peak_gbps{node="tele",source="estimate"} 20.0' in text
+    assert 'synergyd_node_memory_bandwidth_bytes_per_second{node="tele",source="estimate"} 6.5e+09' in text
+    assert 'synergyd_node_memory_bandwidth_peak_bytes_per_second{node="tele",source="estimate"} 2e+10' in text
     assert 'synergyd_node_cpu_cores{node="tele"} 3.0' in text
     # OOM is a kind: the reason says so whatever the message's wording.
     oom = node_pb2.TaskStatus(ref=ins.ref, state=node_pb2.TASK_STATE_EXITED, exit_code=-9, oom_killed=True,

@@ -137,6 +137,7 @@ def test_demo_runs_a_workload_to_the_end_and_summarises_every_job(tmp_path: Path
     train_row = next(line for line in summary.splitlines() if " tiny-train " in line)
     assert re.search(r"CPU x\d", train_row), train_row  # its allocation against its proportional share
     assert re.search(r"total time \d+\.\d s", out)
+    assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/\?token=\S+$", out, re.M), out  # `make demo` prints its URL
     assert_nothing_left(demo, root)
 
 
