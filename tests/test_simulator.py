@@ -84,6 +84,40 @@ def test_las_alternates_and_tracks_attained_service(memoise: bool) -> None:
     assert all(j.done_iterations == j.iterations for j in jobs)
 
 
+@pytest.mark.parametrize("mechanism", ["tune", "proportional"])
+def test_arrivals_the_mechanism_passes_over_do_not_call_the_core(mechanism: str) -> None:
+    """One GPU, busy for 3000 s: jobs 1, 2 and 3 arrive while job 0 holds it, so
+    `runnable_by_gpu` passes them over and the last answer holds. The core runs at t = 0 and
+    after each completion only, with the very outcome of a run calling it every round."""
+    one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
+    jobs = [Job(0, "flat", 1, 0.0, 30_000.0, flat())] + [
+        Job(i, "flat", 1, 500.0 * i, 1_000.0, flat()) for i in (1, 2, 3)]
+    fast = run_jobs(jobs, one_gpu, mechanism=mechanism)
+    slow = run_jobs([replace(j, done_iterations=0.0, attained_gpu_s=0.0) for j in jobs], one_gpu,
+                    mechanism=mechanism, memoise=False)
+    assert outcome(fast) == outcome(slow)
+    # Calls: t = 0, then one per completion (at 3000, 3300, 3600); none at the arrivals
+    # (600, 1200, 1500), which the plain memo (same active set only) would all have made.
+    assert fast.decisions == 4
+    assert [fast.records[i].first_start_s for i in range(4)] == [0.0, 3000.0, 3300.0, 3600.0]
+
+
+def test_a_runnable_arrival_calls_the_core() -> None:
+    """Two GPUs, one busy: the job arriving is runnable, so the core must place it at once."""
+    two_gpus = Cluster.homogeneous(1, gpus=2, cpus=6, mem_gb=125)
+    jobs = [Job(0, "flat", 1, 0.0, 30_000.0, flat()), Job(1, "flat", 1, 500.0, 1_000.0, flat())]
+    res = run_jobs(jobs, two_gpus)
+    assert res.records[1].first_start_s == 600.0
+    assert res.decisions == 3  # t = 0, the arrival, job 1's completion
+
+
+def test_greedy_tries_every_queued_job_so_arrivals_always_call_the_core() -> None:
+    # GREEDY may place a later job where an earlier one did not fit: no skipping for it.
+    one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
+    jobs = [Job(0, "flat", 1, 0.0, 30_000.0, flat()), Job(1, "flat", 1, 500.0, 1_000.0, flat())]
+    assert run_jobs(jobs, one_gpu, mechanism="greedy").decisions == 3  # t = 0, the arrival, completion
+
+
 def test_speed_follows_the_allocation() -> None:
     """A job given 2 CPUs/GPU by TUNE runs at its profile's speed there, not at proportional."""
     cluster = Cluster.homogeneous(1, gpus=1, cpus=2, mem_gb=20)

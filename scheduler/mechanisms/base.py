@@ -17,6 +17,11 @@ class Mechanism(Protocol):
     #: profile) and the cluster alone, never of progress, time or `previous`: a shell may
     #: then reuse last round's answer for the same ordered jobs.
     order_only: ClassVar[bool]
+    #: True (with `order_only`) when only the jobs `runnable_by_gpu(ordered, cluster GPUs)`
+    #: keeps, in that order, shape the allocation: a job it passes over changes nothing, so a
+    #: shell may reuse last round's answer after arrivals that are all passed over. Shells
+    #: read it with getattr(..., False): a mechanism that does not say is never skipped.
+    runnable_only: ClassVar[bool]
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
         ...

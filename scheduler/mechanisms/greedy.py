@@ -21,6 +21,8 @@ class Greedy:
 
     name: str = "greedy"
     order_only: ClassVar[bool] = True
+    #: Every queued job is tried while a GPU is free, not only `runnable_by_gpu`'s.
+    runnable_only: ClassVar[bool] = False
     scorer: Scorer = field(default=first_fit)
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:

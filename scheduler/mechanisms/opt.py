@@ -181,6 +181,8 @@ class Opt:
     name: str = "opt"
     #: Its memo is keyed on exactly the ordered jobs' fixed fields and the cluster.
     order_only: ClassVar[bool] = True
+    #: Only `runnable_by_gpu`'s jobs are packed (mechanisms/base.py).
+    runnable_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
     #: CP-SAT deterministic time limits (solver "seconds", reproducible). Program 1 is
     #: solved to optimality well within its limit at 128 GPUs. Program 2 (bin packing)

@@ -21,6 +21,8 @@ class Proportional:
 
     name: str = "proportional"
     order_only: ClassVar[bool] = True
+    #: Only `runnable_by_gpu`'s jobs are packed (mechanisms/base.py).
+    runnable_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:

@@ -29,6 +29,8 @@ from synergy.scheduler.throughput import best_case_per_gpu, proportional_per_gpu
 class Tune:
     name: str = "tune"
     order_only: ClassVar[bool] = True
+    #: Only `runnable_by_gpu`'s jobs are packed (mechanisms/base.py).
+    runnable_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
     #: After packing, give CPU and memory nobody demanded to co-located jobs that benefit
     #: (§5.3.2; see mechanisms/leftover.py). False gives §4.2's packing alone.

@@ -8,9 +8,10 @@ from synergy.scheduler.model import Cluster, Job
 
 class Policy(Protocol):
     name: str
-    #: True when the order depends only on what never changes while a job is active
-    #: (arrival, id, GPUs, profile): a shell may then skip a round whose active set is
-    #: unchanged. False for anything reading progress or time (SRTF, LAS, FTF, Tetris).
+    #: True when the order is a sort on a key of each job's own fields that never change
+    #: while it is active (arrival, id, GPUs, profile): a shell may then skip a round whose
+    #: active set is unchanged, and a job joining never reorders the others. False for
+    #: anything reading progress or time (SRTF, LAS, FTF, Tetris).
     static_order: ClassVar[bool]
 
     def order(self, jobs: Sequence[Job], now_s: float, cluster: Cluster) -> list[Job]:

@@ -40,6 +40,7 @@ from synergy.scheduler.core import Scheduler
 from synergy.scheduler.elastic.scaling import scale
 from synergy.scheduler.loaning.orchestrator import rebalance
 from synergy.scheduler.loaning.reclaim import shrunk_allocation
+from synergy.scheduler.mechanisms.base import runnable_by_gpu
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
 from synergy.scheduler.simulator.inference import InferencePool
 from synergy.scheduler.placement.migration import migrated
@@ -189,6 +190,14 @@ class Simulation:
         #: Neither plug-in reads done_iterations/attained_gpu_s, so with memoisation on they
         #: are not written into the Jobs before each call (they are at every completion).
         self.progress_blind = config.memoise and self.order_only and self.static_order
+        #: Rounds after arrivals alone may reuse the last answer when no arrival is runnable
+        #: (`_passed_over`): the mechanism packs only `runnable_by_gpu`'s jobs, the policy's
+        #: order is per-job (an arrival never reorders the others), and nothing else reads
+        #: the queue: no packing (a pending job may share GPUs) and no GPU types (the type
+        #: choice counts GPUs per type, not over the cluster).
+        self.skip_arrivals = (self.progress_blind and bool(getattr(scheduler.mechanism, "runnable_only", False))
+                              and scheduler.pairs is None and not cluster.typed
+                              and not any(j.gpu_types for j in jobs))
         self.migrations = 0
         self.pairs: PairTable | None = scheduler.pairs
         self.packed_now = 0
@@ -218,6 +227,9 @@ class Simulation:
         timeline: list[tuple[float, ...]] = [(0.0, *_NO_USAGE)]
         version = 0  # bumps whenever the active set changes
         last_version, last_order = -1, None
+        #: Jobs arrived since the core was last called, while nothing else changed; None
+        #: once something else did (a completion, a loan) or before the first call.
+        arrived: list[Job] | None = None
         previous: dict[int, Allocation] = {}
         rounds = decisions = 0
         stopped, end_s = "completed", 0.0
@@ -231,6 +243,8 @@ class Simulation:
                 active[job.id] = job
                 p += 1
                 version += 1
+                if arrived is not None:
+                    arrived.append(job)
             if not active:
                 if p == n:
                     stopped = "stalled"  # defensive: measured jobs always arrive
@@ -245,6 +259,7 @@ class Simulation:
                 if rebalanced is not None:
                     previous = rebalanced
                     version += 1
+                    arrived = None
 
             # Decide the round, or prove that the last decision still holds.
             out: RoundOutput | None = None
@@ -252,7 +267,10 @@ class Simulation:
                 out = self._call_core(t, active, running, previous)
             elif self.static_order:
                 if version != last_version:
-                    out = self._call_core(t, active, running, previous)
+                    if self.skip_arrivals and arrived and self._passed_over(arrived, active, t):
+                        last_version = version  # the last answer still holds
+                    else:
+                        out = self._call_core(t, active, running, previous)
             else:
                 for r in running.values():
                     r.materialise(t)
@@ -263,6 +281,7 @@ class Simulation:
             if out is not None:
                 decisions += 1
                 last_version = version
+                arrived = []
                 previous = out.allocations
                 self._apply(out, t, active, running, timeline)
 
@@ -308,6 +327,7 @@ class Simulation:
                     if job.id in stop_ids:
                         left -= 1
                 version += 1
+                arrived = None
             k = k_next
 
         unfinished = tuple(sorted(i for i in stop_ids if i in self.records and self.records[i].completion_s is None))
@@ -401,6 +421,15 @@ class Simulation:
             g = sum(p.gpus for p in r.alloc.placements if p.server_id in ids)
             if g:
                 stats.loaned_busy_gpu_s += g * max(0.0, min(r.finish, until) - t)
+
+    def _passed_over(self, arrived: Sequence[Job], active: dict[int, Job], t: float) -> bool:
+        """Whether `runnable_by_gpu` passes over every job of `arrived` at `t`: then the
+        runnable jobs, and so the mechanism's answer, are those of the last call (a job
+        passed over leaves the GPUs left for the jobs after it as they were)."""
+        order = self.scheduler.policy.order(list(active.values()), t, self.cluster)
+        runnable, _ = runnable_by_gpu(order, self.cluster.total.gpus)
+        new = {j.id for j in arrived}
+        return not any(j.id in new for j in runnable)
 
     def _call_core(self, t: float, active: dict[int, Job], running: dict[int, _Running],
                    previous: dict[int, Allocation]) -> RoundOutput:
