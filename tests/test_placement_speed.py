@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from profiles_for_tests import ZOO_LIKE
 from synergy.scheduler.model import Allocation, Cluster, Placement, Resources, Server
+from synergy.scheduler.placement import migration
 from synergy.scheduler.placement.fit import consolidated
 from synergy.scheduler.placement.scorers import StrandingBestFit, avoid_stranding, best_fit
 from synergy.scheduler.state import INDEX_MIN_SERVERS, ClusterState
@@ -87,3 +88,174 @@ def test_speed_looked_up_by_exact_arguments_is_the_rounded_points(c: float, m: f
     fresh = type(profile)(profile.model, profile.task, profile.cpus_per_gpu, profile.mem_gb_per_gpu,
                           profile.throughput, profile.reference, profile.iter_time_s)
     assert fresh.speed(round(c, 6), round(m, 6)) == first
+
+
+# -- stay_put: the room kept as tuples and sets, against the plain version it replaced ------------
+def _plain_stay_put(allocations, previous, cluster):
+    """`migration.stay_put` as merged with issue 14 (Resources arithmetic, every job's state
+    recomputed per look), kept here as the reference the fast room must agree with."""
+    moving = [j for j in sorted(allocations) if j in previous and allocations[j].placements
+              and migration.migrated(previous[j].placements, allocations[j].placements)]
+    plan = dict(allocations)
+    if not moving:
+        return plan
+    caps = {s.id: s.capacity for s in cluster.servers}
+    order = {sid: k for k, sid in enumerate(caps)}
+    hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
+    load = {sid: Resources() for sid in caps}
+    for a in plan.values():
+        for sid, res in a.held:
+            if sid in load:
+                load[sid] = load[sid] + res
+    gpu_free = {sid for sid, cap in caps.items() if cap.gpus - load[sid].gpus > 1e-6}
+    singles = {}
+    for j, a in plan.items():
+        if len(a.placements) == 1:
+            singles.setdefault(a.placements[0].server_id, set()).add(j)
+
+    def movable(j):
+        a = plan[j]
+        return a.packed_with is None and j not in hosts and bool(a.placements) and all(
+            p.server_id in caps for p in a.placements)
+
+    def still_moving(j):
+        prev = previous.get(j)
+        return prev is None or migration.migrated(prev.placements, plan[j].placements)
+
+    def shift(over, alloc, sign):
+        for sid, res in alloc.held:
+            if sid in load:
+                over[sid] = over.get(sid, load[sid]) + res.scale(sign)
+
+    def at(over, sid):
+        return over.get(sid, load[sid])
+
+    def destination(j, piece, over, avoid):
+        gpu_type = cluster.gpu_type_of(piece.server_id)
+        prev = previous.get(j)
+        old = list(migration.gpu_map(prev.placements)) if prev is not None else []
+        fits = [s for s in sorted(gpu_free | over.keys(), key=order.__getitem__)
+                if s not in avoid and cluster.gpu_type_of(s) == gpu_type
+                and (at(over, s) + piece.resources).fits_in(caps[s])]
+        if len(old) == 1 and old[0] in fits:
+            return old[0]
+        return min(fits, key=lambda s: (caps[s].gpus - at(over, s).gpus - piece.gpus, order[s])) if fits else None
+
+    def try_pin(jid, back):
+        changed, over = {jid: back}, {}
+        shift(over, plan[jid], -1)
+        shift(over, back, +1)
+        home = [sid for sid, _ in back.held]
+        for sid in home:
+            if at(over, sid).fits_in(caps[sid]):
+                continue
+            movers = sorted((j for j in singles.get(sid, ()) if j != jid and j not in changed and movable(j)
+                             and still_moving(j)), key=lambda j: (-plan[j].placements[0].gpus, j))
+            for j in movers:
+                if at(over, sid).fits_in(caps[sid]):
+                    break
+                piece = plan[j].placements[0]
+                dest = destination(j, piece, over, set(home))
+                if dest is not None:
+                    changed[j] = plan[j].with_placements((Placement(dest, piece.gpus, piece.cpus, piece.mem_gb),))
+                    shift(over, plan[j], -1)
+                    shift(over, changed[j], +1)
+            if not at(over, sid).fits_in(caps[sid]):
+                return
+        for j, alloc in changed.items():
+            if len(plan[j].placements) == 1:
+                singles[plan[j].placements[0].server_id].discard(j)
+            if len(alloc.placements) == 1:
+                singles.setdefault(alloc.placements[0].server_id, set()).add(j)
+            plan[j] = alloc
+        load.update(over)
+        for sid in over:
+            (gpu_free.add if caps[sid].gpus - load[sid].gpus > 1e-6 else gpu_free.discard)(sid)
+
+    for jid in moving:
+        if movable(jid) and still_moving(jid):
+            back = migration._back_home(plan[jid], previous[jid], cluster)
+            if back is not None:
+                try_pin(jid, back)
+    return plan
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> tuple[Cluster, dict[int, Allocation], dict[int, Allocation]]:
+    """A cluster (GPU types or not), last round's allocations and a plan that shuffles the
+    same jobs over the servers as a repack does, with jobs new and gone, GPU counts and CPUs
+    that change, a job on a server not in the cluster, a split job and a packed pair, near
+    capacity: so pins, swaps, relocations and failures all happen."""
+    n = draw(st.integers(2, 5))
+    typed = draw(st.booleans())
+    servers = tuple(Server(f"s{i}", Resources(4, draw(st.sampled_from([8.0, 12.0, 24.0])), 250.0),
+                           gpu_type=("V100", "T4")[i % 2] if typed else "") for i in range(n))
+    ids = [s.id for s in servers]
+
+    def lay_out(jobs: list[int]) -> dict[int, Allocation]:
+        free = {sid: 4 for sid in ids}
+        out = {}
+        for jid in jobs:
+            g = draw(st.sampled_from([1, 1, 1, 2]))
+            room = [sid for sid in ids if free[sid] >= g]
+            if not room:
+                break
+            sid = draw(st.sampled_from(room))
+            free[sid] -= g
+            out[jid] = Allocation(jid, (Placement(sid, g, draw(st.sampled_from([1.0, 2.0, 3.0])) * g,
+                                                  draw(st.sampled_from([20.0, 62.5])) * g),))
+        return out
+
+    old_jobs = list(range(draw(st.integers(1, 4 * n))))
+    previous = lay_out(old_jobs)
+    kept = [j for j in old_jobs if draw(st.integers(0, 5))]
+    plan = lay_out(draw(st.permutations(kept + list(range(100, 100 + draw(st.integers(0, n)))))))
+    if previous and draw(st.booleans()):  # one ran on a node that is gone
+        jid = min(previous)
+        previous[jid] = Allocation(jid, (Placement("gone", 1, 1.0, 20.0),))
+    split = [j for j, a in plan.items() if a.placements[0].gpus == 2]
+    if split and n > 1 and draw(st.booleans()):  # a split job, whose pieces pins keep
+        a = plan[split[0]]
+        p = a.placements[0]
+        other = ids[(ids.index(p.server_id) + 1) % n]
+        plan[a.job_id] = a.with_placements((Placement(p.server_id, 1, p.cpus / 2, p.mem_gb / 2),
+                                            Placement(other, 1, p.cpus / 2, p.mem_gb / 2)))
+    single = [j for j, a in plan.items() if len(a.placements) == 1]
+    if len(single) >= 2 and draw(st.booleans()):
+        host, guest = single[:2]
+        plan[guest] = Allocation(guest, plan[host].placements, host)
+    return Cluster(servers), previous, plan
+
+
+@settings(max_examples=400, deadline=None)
+@given(plans())
+def test_stay_put_lays_out_exactly_as_the_plain_version(drawn) -> None:
+    cluster, previous, plan = drawn
+    assert migration.stay_put(plan, previous, cluster) == _plain_stay_put(plan, previous, cluster)
+
+
+def test_stay_put_agrees_with_the_plain_version_over_fig9_rounds() -> None:
+    """A stretch of the Fig. 9 trace (600 jobs, TUNE): every round's relabelled plan is put
+    back exactly as the plain version puts it, with many pins per round."""
+    from dataclasses import replace
+
+    from synergy.scheduler.core import Scheduler
+    from synergy.scheduler.simulator.engine import EngineConfig, Simulation
+    from synergy.scheduler.simulator.experiment import RunSpec, build, prepare
+
+    spec = RunSpec(policy="fifo", mechanism="tune", servers=4, load=2.5, jobs=300, measure=(0, 300), seed=1)
+    prep = prepare(spec)
+    pins = []
+
+    def checked(allocations, previous, cluster):
+        out = migration.relabelled(allocations, previous, cluster)
+        fast = migration.stay_put(out, previous, cluster)
+        assert fast == _plain_stay_put(out, previous, cluster)
+        pins.append(migration.count_migrations(previous, out) - migration.count_migrations(previous, fast))
+        return fast
+
+    base = build(spec)
+    sched = replace(Scheduler(base.policy, base.mechanism), relabel=checked)
+    Simulation(sched, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles),
+               EngineConfig(spec.round_s, spec.max_time_h * 3600, prep.measured)).run()
+    assert sum(pins) > 100  # the room did real work: moves undone

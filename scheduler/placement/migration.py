@@ -41,7 +41,7 @@ share does not fit there).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Container, Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -71,6 +71,9 @@ def migrated(old: Sequence[Placement], new: Sequence[Placement]) -> bool:
     """True when a job running on `old` must restart to run on `new`: its GPUs on some server
     changed (Tesserae's Definition 1). Placement order and CPU / memory do not count: the
     same GPUs with other CPUs or memory is a resize in place."""
+    if len(old) == 1 and len(new) == 1:  # the common case, asked ~100 times per round
+        a, b = old[0], new[0]
+        return a.server_id != b.server_id or a.gpus != b.gpus
     return gpu_map(old) != gpu_map(new)
 
 
@@ -145,113 +148,151 @@ def stay_put(
         return dict(allocations)
     room = _Room(dict(allocations), previous, cluster)
     for jid in moving:
-        if not room.movable(jid) or not room.moving(jid):
+        if jid not in room.free:  # not movable, or put back already by an earlier pin
             continue
-        back = _back_home(room.plan[jid], previous[jid], cluster)
+        back = _back_home(room.plan[jid], previous[jid], cluster, room.caps)
         if back is not None:
             room.try_pin(jid, back)
     return room.plan
 
 
+#: Per-server load in the room: (GPUs, CPUs, GB), summed exactly as `Resources` sums them.
+_Load = tuple[float, float, float]
+
+
 class _Room:
     """A plan being laid out again: what it holds on each server of the cluster, and which
-    single-piece jobs sit on each (the ones a pin may relocate)."""
+    single-piece jobs sit on each (the ones a pin may relocate).
+
+    A Fig. 9 round pins ~80 jobs, most by a swap with a job that moved into their old room,
+    so this is the core's inner loop: loads are plain tuples summed in the order `Resources`
+    sums them (every fit decides as before), and the jobs that may still move are a set kept
+    up to date instead of being recomputed per look (tests/test_placement_speed.py checks the
+    room against the plain version it replaced).
+    """
 
     def __init__(self, plan: dict[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
         self.plan, self.previous, self.cluster = plan, previous, cluster
         self.caps = {s.id: s.capacity for s in cluster.servers}
+        #: What `Resources.fits_in` compares a load with: capacity + EPS per dimension.
+        self.limit = {sid: (c.gpus + EPS, c.cpus + EPS, c.mem_gb + EPS) for sid, c in self.caps.items()}
         self.order = {sid: k for k, sid in enumerate(self.caps)}
-        self.hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
-        self.load = _load(plan.values(), self.caps)
-        #: Servers with a GPU free: the only places a relocated piece can go (a full plan
-        #: has few, and scanning every server per relocation cost most of the round).
-        self.gpu_free = {sid for sid, cap in self.caps.items() if cap.gpus - self.load[sid].gpus > EPS}
+        self.typed = cluster.typed
+        hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
+        load = {sid: (0.0, 0.0, 0.0) for sid in self.caps}
         self.singles: dict[str, set[int]] = defaultdict(set)
+        #: Jobs a pin may put back or relocate: not part of a packed pair (a pair's GPUs are
+        #: shared), placed on the cluster's servers, and moving (new, or off its old GPUs).
+        self.free: set[int] = set()
         for jid, a in plan.items():
+            packed = a.packed_with is not None
+            for p in a.placements:
+                sid = p.server_id
+                if sid in load:
+                    g, c, m = load[sid]
+                    load[sid] = (g + (0.0 if packed else p.gpus), c + p.cpus, m + p.mem_gb)
             if len(a.placements) == 1:
                 self.singles[a.placements[0].server_id].add(jid)
+            if (not packed and jid not in hosts and a.placements and all(p.server_id in load for p in a.placements)
+                    and self._moving(jid, a)):
+                self.free.add(jid)
+        self.load = load
+        #: Servers with a GPU free: the only places a relocated piece can go (a full plan
+        #: has few, and scanning every server per relocation cost most of the round).
+        self.gpu_free = {sid for sid, cap in self.caps.items() if cap.gpus - load[sid][0] > EPS}
 
-    def movable(self, jid: int) -> bool:
-        """Not part of a packed pair (a pair's GPUs are shared), placed on the cluster's servers."""
-        a = self.plan[jid]
-        return (a.packed_with is None and jid not in self.hosts and bool(a.placements)
-                and all(p.server_id in self.caps for p in a.placements))
-
-    def moving(self, jid: int) -> bool:
+    def _moving(self, jid: int, alloc: Allocation) -> bool:
         prev = self.previous.get(jid)
-        return prev is None or migrated(prev.placements, self.plan[jid].placements)
+        return prev is None or migrated(prev.placements, alloc.placements)
 
     def try_pin(self, jid: int, back: Allocation) -> bool:
         """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
         its servers as needed; all or nothing."""
+        plan, free = self.plan, self.free
         changed: dict[int, Allocation] = {jid: back}
-        load = _Overlay(self.load)
-        load.shift(self.plan[jid], -1)
-        load.shift(back, +1)
-        home = [sid for sid, _ in back.held]
+        load: dict[str, _Load] = {}  # the changes, over self.load, until committed
+        self._shift(load, plan[jid], -1)
+        self._shift(load, back, +1)
+        home = [p.server_id for p in back.placements]
+        avoid = set(home)
         for sid in home:
-            if load[sid].fits_in(self.caps[sid]):
+            if self._fits(load, sid):
                 continue
-            movers = sorted(
-                (j for j in self.singles.get(sid, ()) if j != jid and j not in changed and self.movable(j)
-                 and self.moving(j)),
-                key=lambda j: (-self.plan[j].placements[0].gpus, j),
-            )
-            for j in movers:
-                if load[sid].fits_in(self.caps[sid]):
+            movers = sorted((-plan[j].placements[0].gpus, j) for j in self.singles.get(sid, ())
+                            if j in free and j != jid and j not in changed)
+            for _, j in movers:
+                if self._fits(load, sid):
                     break
-                piece = self.plan[j].placements[0]
-                dest = self._destination(j, piece, load, set(home))
+                piece = plan[j].placements[0]
+                dest = self._destination(j, piece, load, avoid)
                 if dest is not None:
-                    changed[j] = self.plan[j].with_placements((Placement(dest, piece.gpus, piece.cpus, piece.mem_gb),))
-                    load.shift(self.plan[j], -1)
-                    load.shift(changed[j], +1)
-            if not load[sid].fits_in(self.caps[sid]):
+                    changed[j] = plan[j].with_placements((Placement(dest, piece.gpus, piece.cpus, piece.mem_gb),))
+                    self._shift(load, plan[j], -1)
+                    self._shift(load, changed[j], +1)
+            if not self._fits(load, sid):
                 return False
         for j, alloc in changed.items():
-            old = self.plan[j]
+            old = plan[j]
             if len(old.placements) == 1:
                 self.singles[old.placements[0].server_id].discard(j)
             if len(alloc.placements) == 1:
                 self.singles[alloc.placements[0].server_id].add(j)
-            self.plan[j] = alloc
-        self.load.update(load.changes)
-        for sid in load.changes:
-            if self.caps[sid].gpus - self.load[sid].gpus > EPS:
+            plan[j] = alloc
+            if self._moving(j, alloc):
+                free.add(j)
+            else:
+                free.discard(j)
+        self.load.update(load)
+        for sid, (g, _, _) in load.items():
+            if self.caps[sid].gpus - g > EPS:
                 self.gpu_free.add(sid)
             else:
                 self.gpu_free.discard(sid)
         return True
 
-    def _destination(self, jid: int, piece: Placement, load: _Overlay, avoid: set[str]) -> str | None:
+    def _shift(self, load: dict[str, _Load], alloc: Allocation, sign: int) -> None:
+        """Add (+1) or take away (-1) a movable `alloc` (GPUs its own) on the room's servers."""
+        base = self.load
+        for p in alloc.placements:
+            sid = p.server_id
+            if sid in base:
+                g, c, m = load.get(sid) or base[sid]
+                if sign < 0:
+                    load[sid] = (g - p.gpus, c - p.cpus, m - p.mem_gb)
+                else:
+                    load[sid] = (g + p.gpus, c + p.cpus, m + p.mem_gb)
+
+    def _fits(self, load: dict[str, _Load], sid: str) -> bool:
+        g, c, m = load.get(sid) or self.load[sid]
+        lg, lc, lm = self.limit[sid]
+        return g <= lg and c <= lc and m <= lm
+
+    def _destination(self, jid: int, piece: Placement, load: dict[str, _Load], avoid: set[str]) -> str | None:
         """Where a relocated piece goes: its own old server when it fits there, else best fit
-        on GPUs among the servers of its GPU type outside `avoid`."""
-        gpu_type = self.cluster.gpu_type_of(piece.server_id)
+        on GPUs among the servers of its GPU type outside `avoid` (ties: cluster order)."""
         prev = self.previous.get(jid)
-        old = list(gpu_map(prev.placements)) if prev is not None else []
-        fits = [s for s in sorted(self.gpu_free | load.changes.keys(), key=self.order.__getitem__)
-                if s not in avoid and self.cluster.gpu_type_of(s) == gpu_type
-                and (load[s] + piece.resources).fits_in(self.caps[s])]
-        if len(old) == 1 and old[0] in fits:
-            return old[0]
-        if not fits:
-            return None
-        return min(fits, key=lambda s: (self.caps[s].gpus - load[s].gpus - piece.gpus, self.order[s]))
-
-
-class _Overlay:
-    """Per-server load over a base mapping, the changes kept apart until committed."""
-
-    def __init__(self, base: Mapping[str, Resources]) -> None:
-        self.base, self.changes = base, {}
-
-    def __getitem__(self, sid: str) -> Resources:
-        return self.changes.get(sid, self.base[sid])
-
-    def shift(self, alloc: Allocation, sign: int) -> None:
-        for sid, res in alloc.held:
-            if sid in self.base:
-                self.changes[sid] = self[sid] + res.scale(sign)
+        own = None  # its old server, when it ran on exactly one
+        if prev is not None:
+            if len(prev.placements) == 1:
+                own = prev.placements[0].server_id
+            else:
+                old = list(gpu_map(prev.placements))
+                own = old[0] if len(old) == 1 else None
+        gpu_type = self.cluster.gpu_type_of(piece.server_id) if self.typed else ""
+        best, best_key = None, None
+        pg, pc, pm = piece.gpus, piece.cpus, piece.mem_gb
+        for s in self.gpu_free | load.keys():
+            if s in avoid or (self.typed and self.cluster.gpu_type_of(s) != gpu_type):
+                continue
+            g, c, m = load.get(s) or self.load[s]
+            lg, lc, lm = self.limit[s]
+            if g + pg <= lg and c + pc <= lc and m + pm <= lm:
+                if s == own:
+                    return s
+                key = (self.caps[s].gpus - g - pg, self.order[s])
+                if best_key is None or key < best_key:
+                    best, best_key = s, key
+        return best
 
 
 def why_moved(
@@ -379,16 +420,6 @@ def _by_node(allocations: Mapping[int, Allocation], jobs: Mapping[int, int]) -> 
     return nodes
 
 
-def _load(allocations: Iterable[Allocation], caps: Mapping[str, Resources]) -> dict[str, Resources]:
-    """Server -> what `allocations` hold on it, for the servers in `caps`."""
-    load = {sid: Resources() for sid in caps}
-    for alloc in allocations:
-        for sid, res in alloc.held:
-            if sid in load:
-                load[sid] = load[sid] + res
-    return load
-
-
 def _shift(load: dict[str, Resources], alloc: Allocation, sign: int) -> None:
     """Add (sign +1) or take away (-1) what `alloc` holds from `load`, on the servers it has."""
     for sid, res in alloc.held:
@@ -405,12 +436,20 @@ def _fits_instead(load: Mapping[str, Resources], caps: Mapping[str, Resources], 
     return all(after[sid].fits_in(caps[sid]) for sid, _ in other.held)
 
 
-def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster) -> Allocation | None:
+def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster,
+               ids: Container[str] | None = None) -> Allocation | None:
     """`alloc`'s pieces laid out on `prev`'s servers, one piece per server of the same GPU
     count, in `prev`'s order (never by server name: renaming servers must change nothing),
-    or None when the shapes differ or a server of `prev` is not in `cluster` or of another
-    GPU type than the one `alloc` was sized for."""
-    ids = {s.id for s in cluster.servers}
+    or None when the shapes differ or a server of `prev` is not in `cluster` (whose server
+    ids the caller may pass as `ids`) or of another GPU type than the one `alloc` was sized for."""
+    if ids is None:
+        ids = {s.id for s in cluster.servers}
+    if len(prev.placements) == 1 and len(alloc.placements) == 1:  # most jobs: one piece each
+        was, piece = prev.placements[0], alloc.placements[0]
+        sid = was.server_id
+        if was.gpus != piece.gpus or sid not in ids or cluster.gpu_type_of(sid) != cluster.gpu_type_of(piece.server_id):
+            return None
+        return alloc.with_placements((Placement(sid, was.gpus, piece.cpus, piece.mem_gb),))
     old = list(gpu_map(prev.placements).items())  # first-appearance order
     if sorted(g for _, g in old) != sorted(p.gpus for p in alloc.placements):
         return None
