@@ -99,6 +99,8 @@ def _kept_in_place(
     """Running jobs with a share on a HELD server (and none on a closed or unknown one):
     they keep their whole previous allocation, untouched by the mechanism."""
     kept: dict[int, Allocation] = {}
+    if all(v.admit != Admit.HELD for v in verdicts.values()):
+        return kept  # no server holds jobs in place: the common round, asked every time
     for job in jobs:
         prev = previous.get(job.id)
         if prev is None or not prev.placements:

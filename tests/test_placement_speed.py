@@ -227,7 +227,7 @@ def plans(draw: st.DrawFn) -> tuple[Cluster, dict[int, Allocation], dict[int, Al
     return Cluster(servers), previous, plan
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(plans())
 def test_stay_put_lays_out_exactly_as_the_plain_version(drawn) -> None:
     cluster, previous, plan = drawn

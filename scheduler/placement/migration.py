@@ -146,16 +146,18 @@ def stay_put(
               and migrated(previous[jid].placements, allocations[jid].placements)]
     if not moving:
         return dict(allocations)
-    room = _Room(dict(allocations), previous, cluster)
+    room = _Room(allocations, previous, cluster, set(moving))
     for jid in moving:
         if jid not in room.free:  # not movable, or put back already by an earlier pin
             continue
-        back = _back_home(room.plan[jid], previous[jid], cluster, room.caps)
+        back = _home_pieces(allocations[jid], previous[jid], cluster, room.caps, room.typed)
         if back is not None:
             room.try_pin(jid, back)
-    return room.plan
+    return room.plan()
 
 
+#: One piece of a job in the room: (server, GPUs, CPUs, GB), a `Placement`'s fields.
+_Piece = tuple[str, int, float, float]
 #: Per-server load in the room: (GPUs, CPUs, GB), summed exactly as `Resources` sums them.
 _Load = tuple[float, float, float]
 
@@ -165,19 +167,24 @@ class _Room:
     single-piece jobs sit on each (the ones a pin may relocate).
 
     A Fig. 9 round pins ~80 jobs, most by a swap with a job that moved into their old room,
-    so this is the core's inner loop: loads are plain tuples summed in the order `Resources`
-    sums them (every fit decides as before), and the jobs that may still move are a set kept
-    up to date instead of being recomputed per look (tests/test_placement_speed.py checks the
-    room against the plain version it replaced).
+    so this is the core's inner loop. Loads are plain tuples summed in the order `Resources`
+    sums them (every fit decides as before); where a job sits is a tuple of pieces, turned
+    into an `Allocation` once at the end; the jobs that may still move are a set kept up to
+    date instead of being recomputed per look. A job's GPUs, CPUs and memory per piece never
+    change in the room, only servers (tests/test_placement_speed.py checks the room against
+    the plain version it replaced).
     """
 
-    def __init__(self, plan: dict[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
-        self.plan, self.previous, self.cluster = plan, previous, cluster
+    def __init__(self, plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster,
+                 moving: set[int]) -> None:
+        """`moving`: the jobs of both `plan` and `previous` that `plan` migrates."""
+        self.start, self.previous, self.cluster = plan, previous, cluster
         self.caps = {s.id: s.capacity for s in cluster.servers}
         #: What `Resources.fits_in` compares a load with: capacity + EPS per dimension.
         self.limit = {sid: (c.gpus + EPS, c.cpus + EPS, c.mem_gb + EPS) for sid, c in self.caps.items()}
         self.order = {sid: k for k, sid in enumerate(self.caps)}
-        self.typed = cluster.typed
+        #: Whether any server has a GPU type (`Cluster.typed` looks at GPU servers only).
+        self.typed = any(s.gpu_type for s in cluster.servers)
         hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
         load = {sid: (0.0, 0.0, 0.0) for sid in self.caps}
         self.singles: dict[str, set[int]] = defaultdict(set)
@@ -194,82 +201,109 @@ class _Room:
             if len(a.placements) == 1:
                 self.singles[a.placements[0].server_id].add(jid)
             if (not packed and jid not in hosts and a.placements and all(p.server_id in load for p in a.placements)
-                    and self._moving(jid, a)):
+                    and (jid in moving or jid not in previous)):
                 self.free.add(jid)
         self.load = load
         #: Servers with a GPU free: the only places a relocated piece can go (a full plan
         #: has few, and scanning every server per relocation cost most of the round).
         self.gpu_free = {sid for sid, cap in self.caps.items() if cap.gpus - load[sid][0] > EPS}
+        #: Where the jobs the room moved sit now.
+        self.at: dict[int, tuple[_Piece, ...]] = {}
 
-    def _moving(self, jid: int, alloc: Allocation) -> bool:
-        prev = self.previous.get(jid)
-        return prev is None or migrated(prev.placements, alloc.placements)
+    def plan(self) -> dict[int, Allocation]:
+        """The plan laid out: the starting one with each job the room moved on its pieces
+        (last round's very allocation where it is back on exactly that)."""
+        out = dict(self.start)
+        for jid, pieces in self.at.items():
+            prev = self.previous.get(jid)
+            if prev is not None and len(pieces) == 1 == len(prev.placements) and prev.packed_with is None:
+                p = prev.placements[0]
+                if (p.server_id, p.gpus, p.cpus, p.mem_gb) == pieces[0]:
+                    out[jid] = prev
+                    continue
+            out[jid] = out[jid].with_placements(tuple(Placement(*t) for t in pieces))
+        return out
 
-    def try_pin(self, jid: int, back: Allocation) -> bool:
+    def _pieces(self, jid: int) -> tuple[_Piece, ...]:
+        pieces = self.at.get(jid)
+        if pieces is None:
+            pieces = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in self.start[jid].placements)
+        return pieces
+
+    def try_pin(self, jid: int, back: tuple[_Piece, ...]) -> bool:
         """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
         its servers as needed; all or nothing."""
-        plan, free = self.plan, self.free
-        changed: dict[int, Allocation] = {jid: back}
+        free, base, limit, start, at = self.free, self.load, self.limit, self.start, self.at
+        now = self._pieces(jid)
+        changed: dict[int, tuple[_Piece, ...]] = {jid: back}
+        #: Single-piece jobs changed -> the server they leave.
+        left = {jid: now[0][0]} if len(now) == 1 else {}
         load: dict[str, _Load] = {}  # the changes, over self.load, until committed
-        self._shift(load, plan[jid], -1)
-        self._shift(load, back, +1)
-        home = [p.server_id for p in back.placements]
+        # Every server of a movable job and of `back` is the room's (movable, _home_pieces).
+        for sid, pg, pc, pm in now:
+            g, c, m = load.get(sid) or base[sid]
+            load[sid] = (g - pg, c - pc, m - pm)
+        for sid, pg, pc, pm in back:
+            g, c, m = load.get(sid) or base[sid]
+            load[sid] = (g + pg, c + pc, m + pm)
+        home = [t[0] for t in back]
         avoid = set(home)
         for sid in home:
-            if self._fits(load, sid):
+            lg, lc, lm = limit[sid]
+            g, c, m = load[sid]
+            if g <= lg and c <= lc and m <= lm:
                 continue
-            movers = sorted((-plan[j].placements[0].gpus, j) for j in self.singles.get(sid, ())
-                            if j in free and j != jid and j not in changed)
+            # A job's GPUs never change in the room: the starting plan's count is its own.
+            movers = sorted([(-start[j].placements[0].gpus, j) for j in self.singles.get(sid, ())
+                             if j in free and j != jid and j not in changed])
             for _, j in movers:
-                if self._fits(load, sid):
+                piece = at.get(j)
+                if piece is None:
+                    p = start[j].placements[0]
+                    pg, pc, pm = p.gpus, p.cpus, p.mem_gb
+                else:
+                    _, pg, pc, pm = piece[0]
+                dest = self._destination(j, pg, pc, pm, load, avoid)
+                if dest is None:
+                    continue
+                changed[j] = ((dest, pg, pc, pm),)
+                left[j] = sid
+                g, c, m = load[sid]  # the piece sat on `sid`, which it leaves
+                load[sid] = g, c, m = (g - pg, c - pc, m - pm)
+                dg, dc, dm = load.get(dest) or base[dest]
+                load[dest] = (dg + pg, dc + pc, dm + pm)
+                if g <= lg and c <= lc and m <= lm:
                     break
-                piece = plan[j].placements[0]
-                dest = self._destination(j, piece, load, avoid)
-                if dest is not None:
-                    changed[j] = plan[j].with_placements((Placement(dest, piece.gpus, piece.cpus, piece.mem_gb),))
-                    self._shift(load, plan[j], -1)
-                    self._shift(load, changed[j], +1)
-            if not self._fits(load, sid):
-                return False
-        for j, alloc in changed.items():
-            old = plan[j]
-            if len(old.placements) == 1:
-                self.singles[old.placements[0].server_id].discard(j)
-            if len(alloc.placements) == 1:
-                self.singles[alloc.placements[0].server_id].add(j)
-            plan[j] = alloc
-            if self._moving(j, alloc):
+            else:
+                g, c, m = load[sid]
+                if not (g <= lg and c <= lc and m <= lm):
+                    return False
+        singles, previous = self.singles, self.previous
+        for j, pieces in changed.items():
+            if j in left:
+                singles[left[j]].discard(j)
+                singles[pieces[0][0]].add(j)
+            at[j] = pieces
+            # `back` is `previous`'s GPUs server by server: never moving; a relocated one may be.
+            prev = previous.get(j)
+            if j != jid and (prev is None or _moves_to(prev.placements, pieces[0][0], pieces[0][1])):
                 free.add(j)
             else:
                 free.discard(j)
-        self.load.update(load)
+        base.update(load)
+        caps, gpu_free = self.caps, self.gpu_free
         for sid, (g, _, _) in load.items():
-            if self.caps[sid].gpus - g > EPS:
-                self.gpu_free.add(sid)
+            if caps[sid].gpus - g > EPS:
+                gpu_free.add(sid)
             else:
-                self.gpu_free.discard(sid)
+                gpu_free.discard(sid)
         return True
 
-    def _shift(self, load: dict[str, _Load], alloc: Allocation, sign: int) -> None:
-        """Add (+1) or take away (-1) a movable `alloc` (GPUs its own) on the room's servers."""
-        base = self.load
-        for p in alloc.placements:
-            sid = p.server_id
-            if sid in base:
-                g, c, m = load.get(sid) or base[sid]
-                if sign < 0:
-                    load[sid] = (g - p.gpus, c - p.cpus, m - p.mem_gb)
-                else:
-                    load[sid] = (g + p.gpus, c + p.cpus, m + p.mem_gb)
-
-    def _fits(self, load: dict[str, _Load], sid: str) -> bool:
-        g, c, m = load.get(sid) or self.load[sid]
-        lg, lc, lm = self.limit[sid]
-        return g <= lg and c <= lc and m <= lm
-
-    def _destination(self, jid: int, piece: Placement, load: dict[str, _Load], avoid: set[str]) -> str | None:
-        """Where a relocated piece goes: its own old server when it fits there, else best fit
-        on GPUs among the servers of its GPU type outside `avoid` (ties: cluster order)."""
+    def _destination(self, jid: int, pg: int, pc: float, pm: float, load: dict[str, _Load],
+                     avoid: set[str]) -> str | None:
+        """Where a relocated piece (`pg` GPUs, `pc` CPUs, `pm` GB) goes: its own old server when
+        it fits there, else best fit on GPUs among the servers of its GPU type outside `avoid`
+        (ties: cluster order)."""
         prev = self.previous.get(jid)
         own = None  # its old server, when it ran on exactly one
         if prev is not None:
@@ -278,9 +312,8 @@ class _Room:
             else:
                 old = list(gpu_map(prev.placements))
                 own = old[0] if len(old) == 1 else None
-        gpu_type = self.cluster.gpu_type_of(piece.server_id) if self.typed else ""
+        gpu_type = self.cluster.gpu_type_of(self.start[jid].placements[0].server_id) if self.typed else ""
         best, best_key = None, None
-        pg, pc, pm = piece.gpus, piece.cpus, piece.mem_gb
         for s in self.gpu_free | load.keys():
             if s in avoid or (self.typed and self.cluster.gpu_type_of(s) != gpu_type):
                 continue
@@ -293,6 +326,13 @@ class _Room:
                 if best_key is None or key < best_key:
                     best, best_key = s, key
         return best
+
+
+def _moves_to(old: Sequence[Placement], server: str, gpus: int) -> bool:
+    """`migrated(old, [a piece of `gpus` GPUs on `server`])`, without building the piece."""
+    if len(old) == 1:
+        return old[0].server_id != server or old[0].gpus != gpus
+    return gpu_map(old) != {server: gpus}
 
 
 def why_moved(
@@ -310,12 +350,12 @@ def why_moved(
     load = {sid: Resources() for sid in left}
     pieces: dict[str, dict[int, int]] = defaultdict(dict)  # server -> {job: GPUs there}
     for j, a in allocations.items():
-        for sid, res in a.held:
-            if sid in load:
-                load[sid] = load[sid] + res
         for p in a.placements:
-            if p.server_id in left and p.gpus > 0:
-                pieces[p.server_id][j] = pieces[p.server_id].get(j, 0) + p.gpus
+            sid = p.server_id
+            if sid in left:  # what `a.held` adds there (a packed job's GPUs are its host's)
+                load[sid] = load[sid] + Resources(0.0 if a.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
+                if p.gpus > 0:
+                    pieces[sid][j] = pieces[sid].get(j, 0) + p.gpus
     on_server = {sid: list(d.items()) for sid, d in pieces.items()}
     reasons: dict[int, str] = {}
     for jid in moved:
@@ -436,20 +476,26 @@ def _fits_instead(load: Mapping[str, Resources], caps: Mapping[str, Resources], 
     return all(after[sid].fits_in(caps[sid]) for sid, _ in other.held)
 
 
-def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster,
-               ids: Container[str] | None = None) -> Allocation | None:
+def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster) -> Allocation | None:
     """`alloc`'s pieces laid out on `prev`'s servers, one piece per server of the same GPU
     count, in `prev`'s order (never by server name: renaming servers must change nothing),
-    or None when the shapes differ or a server of `prev` is not in `cluster` (whose server
-    ids the caller may pass as `ids`) or of another GPU type than the one `alloc` was sized for."""
-    if ids is None:
-        ids = {s.id for s in cluster.servers}
+    or None when the shapes differ or a server of `prev` is not in `cluster` or of another
+    GPU type than the one `alloc` was sized for."""
+    pieces = _home_pieces(alloc, prev, cluster, {s.id for s in cluster.servers})
+    return None if pieces is None else alloc.with_placements(tuple(Placement(*t) for t in pieces))
+
+
+def _home_pieces(alloc: Allocation, prev: Allocation, cluster: Cluster, ids: Container[str],
+                 typed: bool = True) -> tuple[_Piece, ...] | None:
+    """`_back_home`'s pieces as (server, GPUs, CPUs, GB); `ids`: the ids of `cluster`'s
+    servers; `typed` False when none of them has a GPU type (no type can then differ)."""
     if len(prev.placements) == 1 and len(alloc.placements) == 1:  # most jobs: one piece each
         was, piece = prev.placements[0], alloc.placements[0]
         sid = was.server_id
-        if was.gpus != piece.gpus or sid not in ids or cluster.gpu_type_of(sid) != cluster.gpu_type_of(piece.server_id):
+        if was.gpus != piece.gpus or sid not in ids or (
+                typed and cluster.gpu_type_of(sid) != cluster.gpu_type_of(piece.server_id)):
             return None
-        return alloc.with_placements((Placement(sid, was.gpus, piece.cpus, piece.mem_gb),))
+        return ((sid, was.gpus, piece.cpus, piece.mem_gb),)
     old = list(gpu_map(prev.placements).items())  # first-appearance order
     if sorted(g for _, g in old) != sorted(p.gpus for p in alloc.placements):
         return None
@@ -462,8 +508,8 @@ def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster,
     for sid, g in old:
         piece = next(p for p in left if p.gpus == g)
         left.remove(piece)
-        pieces.append(Placement(sid, g, piece.cpus, piece.mem_gb))
-    return alloc.with_placements(tuple(pieces))
+        pieces.append((sid, g, piece.cpus, piece.mem_gb))
+    return tuple(pieces)
 
 
 def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, str]:
