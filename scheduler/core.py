@@ -152,7 +152,10 @@ def _waiting(
     for j in jobs:
         if j.id in allocations:
             continue
-        if j.kind == JobKind.CPU_ONLY:
+        if j.kind == JobKind.TRAINING and cluster.servers and j.gpus <= total + EPS:
+            # The long queue of a busy round: the last branch below, asked before the rest.
+            waiting[j.id] = decided.get(j.id, "not chosen this round")
+        elif j.kind == JobKind.CPU_ONLY:
             waiting[j.id] = decided.get(j.id, "not chosen this round")
         elif j.kind not in GPU_KINDS:
             waiting[j.id] = f"job kind {j.kind.value!r} is not scheduled by this release"
