@@ -5,6 +5,7 @@ and release on it, and the final reservations become the round's allocations.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 from typing import Iterable, Iterator
 
@@ -33,6 +34,10 @@ class ClusterState:
         # Large clusters get search indexes (below); on a few dozen servers a plain scan is
         # cheaper than keeping them up to date.
         self._indexed = len(self.ids) > INDEX_MIN_SERVERS
+        #: Small clusters: servers with a whole GPU free, in index order. A search for one or
+        #: more GPUs visits only these; a full cluster has few, and TUNE fills it server by
+        #: server, so most of the others would be looked at only to be turned down.
+        self._open = [i for i, g in enumerate(self.free_g) if g + EPS >= 1.0]
         if self._indexed:
             # Servers with identical capacity and free resources are interchangeable to every
             # scorer except for their index tie-break, so searches visit one server per
@@ -108,10 +113,13 @@ class ClusterState:
         return reps
 
     def candidates(self, min_gpus: float) -> Iterable[int]:
-        """Servers a search for `min_gpus` GPUs must visit: `representatives` on a large
-        cluster; on a small one every index, for the caller to test (cheaper than filtering
-        here, and the caller's fit test checks the GPUs anyway)."""
-        return self.representatives(min_gpus) if self._indexed else range(len(self.ids))
+        """Servers a search for `min_gpus` GPUs must visit, in index order: `representatives`
+        on a large cluster; on a small one those with a whole GPU free (kept up to date by
+        `reserve` and `release`), for the caller to test; every index for less than one GPU.
+        The caller must not keep it across a reservation."""
+        if self._indexed:
+            return self.representatives(min_gpus)
+        return self._open if min_gpus >= 1.0 else range(len(self.ids))
 
     def by_free_gpus(self, min_gpus: float = 1, descending: bool = False) -> Iterator[int]:
         """Servers with at least `min_gpus` free GPUs, ordered by free GPUs then index.
@@ -144,6 +152,8 @@ class ClusterState:
             self.on_server[i].add(job_id)
             if self._indexed:
                 self._rebucket(i)
+            elif self.free_g[i] + EPS < 1.0:
+                self._close(i)
         self.held[job_id] = placements
 
     def release(self, job_id: int) -> tuple[Placement, ...]:
@@ -156,7 +166,21 @@ class ClusterState:
             self.on_server[i].discard(job_id)
             if self._indexed:
                 self._rebucket(i)
+            elif self.free_g[i] + EPS >= 1.0:
+                self._reopen(i)
         return placements
+
+    def _close(self, i: int) -> None:
+        """Server i has no whole GPU free any more (small clusters)."""
+        k = bisect.bisect_left(self._open, i)
+        if k < len(self._open) and self._open[k] == i:
+            del self._open[k]
+
+    def _reopen(self, i: int) -> None:
+        """Server i has a whole GPU free again (small clusters)."""
+        k = bisect.bisect_left(self._open, i)
+        if k == len(self._open) or self._open[k] != i:
+            self._open.insert(k, i)
 
     def allocations(self) -> dict[int, Allocation]:
         return {jid: Allocation(jid, pl) for jid, pl in self.held.items()}

@@ -259,3 +259,26 @@ def test_stay_put_agrees_with_the_plain_version_over_fig9_rounds() -> None:
     Simulation(sched, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles),
                EngineConfig(spec.round_s, spec.max_time_h * 3600, prep.measured)).run()
     assert sum(pins) > 100  # the room did real work: moves undone
+
+
+@SETTINGS
+@given(states(), st.lists(st.integers(0, 10**6), max_size=6))
+def test_candidates_hold_every_server_a_search_can_choose(drawn, releases) -> None:
+    """`ClusterState.candidates` on a small cluster after reservations and releases: in
+    index order, and every server with room for the GPUs asked is among them (the list of
+    servers with a GPU free is kept up to date, so a search never misses one). Large
+    clusters give one server per shape (`representatives`, checked above)."""
+    state, demands = drawn
+    if len(state.ids) > INDEX_MIN_SERVERS:
+        return
+    held = sorted(state.held)
+    for k in releases:  # give some back, then take one again elsewhere
+        if held:
+            jid = held.pop(k % len(held))
+            placements = state.release(jid)
+            if k % 3 == 0:
+                state.reserve(jid, placements)
+    for gpus, _, _ in demands + [(1, 0.0, 0.0)]:
+        found = list(state.candidates(gpus))
+        assert found == sorted(set(found))
+        assert {i for i in range(len(state.ids)) if state.fits(i, gpus, 0.0, 0.0)} <= set(found)
