@@ -464,7 +464,7 @@ class Simulation:
                     rec.first_start_s = t
             # An equal allocation is no migration: the (costlier) GPU-map comparison only
             # runs for allocations that changed.
-            changed = alloc != r.alloc
+            changed = alloc is not r.alloc and alloc != r.alloc  # often last round's very object
             moved = changed and r.alloc is not None and migrated(r.alloc.placements, alloc.placements)
             partner = partners.get(jid)
             # An unchanged allocation and partner keep the job's rate and progress line.
