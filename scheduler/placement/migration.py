@@ -193,15 +193,17 @@ class _Room:
         self.free: set[int] = set()
         for jid, a in plan.items():
             packed = a.packed_with is not None
+            placed = bool(a.placements)  # and only on the cluster's servers
             for p in a.placements:
                 sid = p.server_id
                 if sid in load:
                     g, c, m = load[sid]
                     load[sid] = (g + (0.0 if packed else p.gpus), c + p.cpus, m + p.mem_gb)
+                else:
+                    placed = False
             if len(a.placements) == 1:
                 self.singles[a.placements[0].server_id].add(jid)
-            if (not packed and jid not in hosts and a.placements and all(p.server_id in load for p in a.placements)
-                    and (jid in moving or jid not in previous)):
+            if placed and not packed and jid not in hosts and (jid in moving or jid not in previous):
                 self.free.add(jid)
         self.load = load
         #: Servers with a GPU free: the only places a relocated piece can go (a full plan
