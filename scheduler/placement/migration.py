@@ -142,8 +142,7 @@ def stay_put(
     packed pairs (they move with their host's relabelling), and jobs whose old room the plan
     needs for others.
     """
-    moving = [jid for jid in sorted(allocations) if jid in previous and allocations[jid].placements
-              and migrated(previous[jid].placements, allocations[jid].placements)]
+    moving = _moved(allocations, previous, on_new=True)
     if not moving:
         return dict(allocations)
     room = _Room(allocations, previous, cluster, set(moving))
@@ -342,8 +341,7 @@ def why_moved(
 ) -> dict[int, str]:
     """Job -> what its move buys, for each job of `previous` that `allocations` migrates, in
     words for its history (`cluster`: the servers the round could place on)."""
-    moved = [jid for jid in sorted(allocations) if jid in previous and previous[jid].placements
-             and migrated(previous[jid].placements, allocations[jid].placements)]
+    moved = _moved(allocations, previous, on_new=False)
     if not moved:
         return {}
     caps = {s.id: s.capacity for s in cluster.servers}
@@ -435,6 +433,26 @@ def relabelling(
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+def _moved(allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], on_new: bool) -> list[int]:
+    """Jobs of both rounds that `allocations` migrates, in id order, among those placed in
+    `allocations` (`on_new`) or in `previous`. Every round asks it of every job, twice:
+    `migrated` is written out for one-piece jobs."""
+    out = []
+    for jid in sorted(allocations):
+        prev = previous.get(jid)
+        if prev is None:
+            continue
+        old, new = prev.placements, allocations[jid].placements
+        if not (new if on_new else old):
+            continue
+        if len(old) == 1 and len(new) == 1:
+            if old[0].server_id != new[0].server_id or old[0].gpus != new[0].gpus:
+                out.append(jid)
+        elif migrated(old, new):
+            out.append(jid)
+    return out
 
 
 def _common_gpus(previous: Mapping[int, Allocation], current: Mapping[int, Allocation]) -> dict[int, int]:
