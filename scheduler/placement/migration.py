@@ -417,14 +417,15 @@ def relabelling(
         for a in cols:
             for j, o in old[a].items():
                 homes[j].append((col_of[a], o))
-        saving = np.zeros((len(rows), len(cols)))
+        saving = [[0.0] * len(cols) for _ in rows]  # Python floats: numpy's per-cell += is slower
         for r, b in enumerate(rows):
+            row = saving[r]
             for j, n in new[b].items():
                 for c, o in homes.get(j, ()):
-                    saving[r, c] += min(o, n) / gpus[j]
+                    row[c] += min(o, n) / gpus[j]
             if b in col_of:
-                saving[r, col_of[b]] += _KEEP_BONUS / len(rows)
-        r_idx, c_idx = linear_sum_assignment(saving, maximize=True)
+                row[col_of[b]] += _KEEP_BONUS / len(rows)
+        r_idx, c_idx = linear_sum_assignment(np.array(saving), maximize=True)
         assigned = {rows[r]: cols[c] for r, c in zip(r_idx, c_idx)}
         if all(b == a for b, a in assigned.items()):
             continue
