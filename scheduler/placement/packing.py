@@ -33,7 +33,6 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Placement, Resources
 from synergy.scheduler.placement.gpu_types import accepts, is_typed, on_type
@@ -68,6 +67,9 @@ def max_weight_pairs(weights: np.ndarray) -> list[tuple[int, int]]:
     positive entries of `weights` (0 = no edge), each row and column used at most once."""
     if weights.size == 0 or not (weights > 0).any():
         return []
+    # imported here, not at the top: the CLI loads the core's registry and must not load scipy
+    from scipy.optimize import linear_sum_assignment
+
     rows, cols = linear_sum_assignment(weights, maximize=True)
     return [(int(r), int(c)) for r, c in zip(rows, cols) if weights[r, c] > 0]
 

@@ -301,3 +301,31 @@ def test_a_plaintext_agent_names_the_tls_problem(tmp_path: Path) -> None:
     finally:
         a.stop()
         d.kill()
+
+
+#: A job that talks gRPC and then forks, the way DataLoader workers start at every epoch while
+#: the iterator's lease channel is live (the image example logged gRPC's fork warning each epoch).
+FORKS_UNDER_GRPC = ("import os, grpc\n"
+                    "from grpc_health.v1 import health_pb2, health_pb2_grpc\n"
+                    "stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(os.environ['SYNERGY_DAEMON_ADDRESS']))\n"
+                    "for _ in range(8):\n"
+                    "    stub.Check(health_pb2.HealthCheckRequest(), timeout=10)\n"
+                    "    pid = os.fork()\n"
+                    "    if pid == 0:\n        os._exit(0)\n"
+                    "    os.waitpid(pid, 0)\n"
+                    "print('forked 8', flush=True)\n")
+FORK_WARNING = "FD from fork parent"
+
+
+def test_no_grpc_fork_warning_from_a_launch_or_a_job_that_forks(cluster: Callable[..., object],
+                                                                  tmp_path: Path) -> None:
+    """Defect 7: gRPC's `FD from fork parent still in poll list` filled the image example's log
+    (the `poll` strategy the agent set for jobs logs it in every child forked beside a live channel).
+    Neither the agent (it spawns shims while its own channel is open) nor the job may print it."""
+    d = cluster("daemon")
+    a = cluster("agent", d, "forks", "--cpus", "0", "--memory", "1G", "--sample-interval-s", "0")
+    job = _submit(d, "forks-under-grpc", tmp_path, code=FORKS_UNDER_GRPC)
+    _wait_state(d, job, "succeeded")
+    assert "forked 8" in a.task_log(job), a.task_log(job)
+    assert FORK_WARNING not in a.task_log(job), a.task_log(job)
+    assert "task.launched" in a.log_text() and FORK_WARNING not in a.log_text(), a.log_text()
