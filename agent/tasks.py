@@ -43,7 +43,7 @@ from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
 from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tree, read_pid, resolve
 from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
-    EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_TASKS_PER_GPU, Phase, Share, Task, TaskCounts,
+    EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
     TaskKey, key_of_cgroup, log_tail)
 from synergy.common.logs import event
 from synergy.scheduler.tasks import IMPOSSIBLE_PLACEMENT
@@ -258,9 +258,9 @@ class Supervisor:
                               f"this task asks for {task.share.gpus} (a packed task shares every GPU of its host)")
         for i in host.gpu_indices:
             carried = sum(1 for t in self.tasks.values() if t.alive and t.key != task.key and i in t.gpu_indices)
-            if carried >= MAX_TASKS_PER_GPU:
+            if carried >= MAX_JOBS_PER_GPU:
                 raise LaunchError(f"task.packed_with_job_id: GPU {i} of job {host_id} already carries "
-                                  f"{carried} tasks (at most {MAX_TASKS_PER_GPU} per GPU)")
+                                  f"{carried} tasks (at most {MAX_JOBS_PER_GPU} per GPU)")
         return host.gpu_indices
 
     def _environment(self, task: Task, spec: node_pb2.TaskSpec) -> dict[str, str]:

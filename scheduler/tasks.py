@@ -21,6 +21,13 @@ LAUNCH_FAILED = 127
 IMPOSSIBLE_PLACEMENT = "impossible placement"
 
 
+#: At most this many jobs share one GPU (Tesserae §5, after Gavel and Lucid): the core packs
+#: a guest only onto a host that is not packed yet, and an agent refuses a task that would
+#: make a GPU index carry more. One number for both, here where the agent can read it
+#: without loading the core.
+MAX_JOBS_PER_GPU = 2
+
+
 class TaskPhase(str, enum.Enum):
     STARTING = "starting"
     RUNNING = "running"

@@ -8,7 +8,8 @@ matching, placed x pending, solved with the Hungarian method
 (`scipy.optimize.linear_sum_assignment`). An edge (h, g) exists only when
   * both need the same number of GPUs (Tesserae: g runs on exactly h's GPUs),
   * both are fixed-size training jobs (not elastic, not CPU-only) and neither is `no_share`,
-  * h is not already packed (at most two jobs per GPU), and
+  * h is not already packed (at most two jobs per GPU: `synergy.scheduler.tasks.MAX_JOBS_PER_GPU`,
+    the limit the agent enforces too), and
   * the pair is profiled with a combined normalised throughput above 1 (the edge's weight).
 
 The guest runs on the host's servers with the host's GPU counts, and needs CPUs and memory of
@@ -41,8 +42,6 @@ from synergy.scheduler.throughput import best_case_per_gpu, proportional_per_gpu
 
 #: A pair is worth packing only when together the two do more than one job alone.
 MIN_COMBINED = 1.0
-#: At most this many jobs on one GPU (Tesserae §5, after Gavel and Lucid).
-MAX_JOBS_PER_GPU = 2
 
 
 def can_share(job: Job) -> bool:
