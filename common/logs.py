@@ -1,5 +1,5 @@
 """Structured logs: one JSON object per line, with an `event` name and typed fields (every
-program: synergyd, synergy-agent, the simulator).
+program: synergyd and synergy-agent; `synergy.scheduler.daemon.logs` re-exports it for the daemon).
 
 Decisions are logged as events (`job.placed`, `job.waiting`, `round.applied`, ...) so that
 "why does my job wait?" is answerable with grep/jq. Tokens are never passed to the logger.
