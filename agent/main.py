@@ -5,12 +5,27 @@ stopping task's grace runs out, or a signal arrives (SIGCHLD: a task exited; SIG
 SIGINT: shut down). It never busy-waits. Exit codes: 0 after SIGTERM / SIGINT, 1 for a
 refusal that retrying cannot fix (bad token, node id owned by another live agent),
 2 for bad flags, 3 when the daemon says this agent was superseded by a newer one.
+
+gRPC's C core writes its own lines to stderr (`I... ssl_transport_security.cc ... Handshake
+failed` at every retry against a daemon without TLS), which is the agent's structured log;
+the agent names such trouble itself (`agent.daemon_unreachable reason=...`). gRPC reads its
+verbosity once, when it is imported, so it is turned off for that import only: the variable
+is taken out again at once, because the agent's environment is every job's, and a job keeps
+gRPC's messages (a user who sets GRPC_VERBOSITY keeps it, for the agent and its jobs).
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
-import logging
 import os
+
+if "GRPC_VERBOSITY" not in os.environ:
+    os.environ["GRPC_VERBOSITY"] = "NONE"
+    import grpc
+
+    del os.environ["GRPC_VERBOSITY"]
+
+import logging
 import select
 import signal
 import sys
