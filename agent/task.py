@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synergy.agent.cores import CoreGrant
-from synergy.scheduler.tasks import LAUNCH_FAILED, TaskKey  # noqa: F401 - LAUNCH_FAILED re-exported
-from synergy.scheduler.tasks import MAX_JOBS_PER_GPU  # noqa: F401 - the core's packing limit, re-exported
-from synergy.scheduler.tasks import TaskPhase as Phase
+from synergy.common.tasks import LAUNCH_FAILED, TaskKey  # noqa: F401 - LAUNCH_FAILED re-exported
+from synergy.common.tasks import MAX_JOBS_PER_GPU  # noqa: F401 - the core's packing limit, re-exported
+from synergy.common.tasks import TaskPhase as Phase
 
 GIB = 1024**3
 #: The exit code that means "checkpointed, restart me" (docs/daemon.md).

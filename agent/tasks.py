@@ -46,7 +46,7 @@ from synergy.agent.task import (  # noqa: F401 - the task records, re-exported f
     EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
     TaskKey, key_of_cgroup, log_tail)
 from synergy.common.logs import event
-from synergy.scheduler.tasks import IMPOSSIBLE_PLACEMENT
+from synergy.common.tasks import IMPOSSIBLE_PLACEMENT
 from synergy.v1 import node_pb2
 
 

@@ -8,7 +8,7 @@ matching, placed x pending, solved with the Hungarian method
 (`scipy.optimize.linear_sum_assignment`). An edge (h, g) exists only when
   * both need the same number of GPUs (Tesserae: g runs on exactly h's GPUs),
   * both are fixed-size training jobs (not elastic, not CPU-only) and neither is `no_share`,
-  * h is not already packed (at most two jobs per GPU: `synergy.scheduler.tasks.MAX_JOBS_PER_GPU`,
+  * h is not already packed (at most two jobs per GPU: `synergy.common.tasks.MAX_JOBS_PER_GPU`,
     the limit the agent enforces too), and
   * the pair is profiled with a combined normalised throughput above 1 (the edge's weight).
 

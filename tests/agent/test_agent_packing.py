@@ -138,7 +138,7 @@ def test_a_restarted_agent_keeps_the_pair(cg: Cgroups, tmp_path: Path) -> None:
 
 def test_the_agents_packing_limit_is_the_cores_definition() -> None:
     """Issue 15 (no decision outside the core): the agent kept its own `MAX_TASKS_PER_GPU = 2`
-    beside the core's packing limit. One definition (synergy.scheduler.tasks), read by both."""
+    beside the core's packing limit. One definition (synergy.common.tasks), read by both."""
     import ast
 
     root = Path(__file__).resolve().parents[2]
@@ -150,4 +150,4 @@ def test_the_agents_packing_limit_is_the_cores_definition() -> None:
                     [node.target] if isinstance(node, ast.AnnAssign) else []
                 defined += [f"{path.relative_to(root)}:{t.id}" for t in targets
                             if isinstance(t, ast.Name) and t.id.endswith("_PER_GPU") and "MAX" in t.id]
-    assert defined == ["scheduler/tasks.py:MAX_JOBS_PER_GPU"], defined
+    assert defined == ["common/tasks.py:MAX_JOBS_PER_GPU"], defined

@@ -4,8 +4,8 @@
   shares with the agent (the environment contract, the channel and its back-off) lives in
   `synergy.common`; it loaded the agent's supervisor, telemetry and psutil through
   `agent/client.py` before;
-* synergy-agent loads no daemon and no CLI module: its structured logs and TLS probe are
-  `synergy.common`'s. (The CLI package sets GRPC_VERBOSITY=NONE when it loads, which the
+* synergy-agent loads no daemon and no CLI module: its structured logs, TLS probe, task
+  keys, atomic writes and locks are `synergy.common`'s. (The CLI package sets GRPC_VERBOSITY=NONE when it loads, which the
   agent then handed to every job, hiding gRPC's own errors from them.)
 * the scheduling core loads neither grpc nor sqlite3 (it is pure: the daemon and the
   simulator are shells around it);
@@ -45,7 +45,10 @@ def test_the_iterator_loads_no_agent_and_no_daemon_module() -> None:
 def test_the_agent_loads_no_daemon_and_no_cli_module() -> None:
     loaded = _loaded_by("synergy.agent.main")
     assert not _under(loaded, "synergy.scheduler.daemon", "synergy.scheduler.cli")
-    assert "synergy.common.logs" in loaded
+    # of the scheduler, only the state dir's file names and the GPU type rule
+    assert _under(loaded, "synergy.scheduler") <= {"synergy.scheduler", "synergy.scheduler.statedir",
+                                                   "synergy.scheduler.gpu_type_names"}
+    assert {"synergy.common.logs", "synergy.common.tasks", "synergy.common.files"} <= loaded
 
 
 def test_the_agent_leaves_grpc_verbosity_to_its_user() -> None:
