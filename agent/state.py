@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from synergy.common.files import write_atomically
+from synergy.common.files import TEMP_PREFIX, write_atomically
 
 STATE_FILE = "state.json"
 EXITS_DIR = "exits"
@@ -28,6 +28,12 @@ def save(path: Path, node_id: str, records: list[dict[str, Any]]) -> None:
     machine), and the fsync would double the cost of every launch."""
     body = {"version": FORMAT_VERSION, "node_id": node_id, "tasks": records}
     write_atomically(path, json.dumps(body, indent=1, sort_keys=True).encode(), sync_dir=False)
+
+
+def remove_stale_temp_files(path: Path) -> None:
+    """Temp files of the state file that a crash during a write left (never the only copy)."""
+    for tmp in path.parent.glob(f"{TEMP_PREFIX}{path.name}.*"):
+        tmp.unlink(missing_ok=True)
 
 
 def load(path: Path, node_id: str) -> tuple[list[dict[str, Any]], str]:

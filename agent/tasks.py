@@ -513,6 +513,7 @@ class Supervisor:
         task group of ours the state file does not know) is killed and reported lost.
         """
         self.load()
+        state.remove_stale_temp_files(self.state_path)
         for task in list(self.tasks.values()):
             if not task.alive:
                 continue
