@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from synergy.agent import state
-from synergy.common import contract
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
 from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tree, read_pid, resolve
 from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
     EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
     TaskKey, key_of_cgroup, log_tail)
+from synergy.common import contract
 from synergy.common.logs import event
 from synergy.common.tasks import IMPOSSIBLE_PLACEMENT
 from synergy.v1 import node_pb2
