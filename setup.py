@@ -14,6 +14,7 @@ ROOTS = {
     "synergy.iterator": "iterator",
     "synergy.profiler": "profiler",
     "synergy.cache": "cache",
+    "synergy.common": "common",
     "synergy.v1": "protos/synergy/v1",
 }
 

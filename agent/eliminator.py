@@ -24,7 +24,7 @@ from synergy.agent.contention import Action, Observation, Policy, State, Through
 from synergy.agent.report import Hold
 from synergy.agent.tasks import Phase, Supervisor, Task
 from synergy.agent.telemetry import NodeSample
-from synergy.scheduler.daemon.logs import event
+from synergy.common.logs import event
 
 RECENT = 50
 

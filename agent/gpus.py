@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from synergy.scheduler.daemon.logs import event
+from synergy.common.logs import event
 from synergy.scheduler.gpu_type_names import gpu_type_of
 
 GIB = 1024**3

@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from synergy.scheduler.statedir import StateDirError, acquire_lock, write_atomically
+from synergy.common.files import LockError, acquire_lock, write_atomically
 
 INSTANCE_FILE = "instance.id"
 LOCK_FILE = "agent.lock"
@@ -39,7 +39,7 @@ def claim(work_dir: Path) -> Identity:
     work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         fd = acquire_lock(work_dir, LOCK_FILE, owner="synergy-agent", flag="--work-dir")
-    except StateDirError as exc:
+    except LockError as exc:
         raise IdentityError(str(exc)) from None
     path = work_dir / INSTANCE_FILE
     try:

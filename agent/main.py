@@ -5,12 +5,27 @@ stopping task's grace runs out, or a signal arrives (SIGCHLD: a task exited; SIG
 SIGINT: shut down). It never busy-waits. Exit codes: 0 after SIGTERM / SIGINT, 1 for a
 refusal that retrying cannot fix (bad token, node id owned by another live agent),
 2 for bad flags, 3 when the daemon says this agent was superseded by a newer one.
+
+gRPC's C core writes its own lines to stderr (`I... ssl_transport_security.cc ... Handshake
+failed` at every retry against a daemon without TLS), which is the agent's structured log;
+the agent names such trouble itself (`agent.daemon_unreachable reason=...`). gRPC reads its
+verbosity once, when it is imported, so it is turned off for that import only: the variable
+is taken out again at once, because the agent's environment is every job's, and a job keeps
+gRPC's messages (a user who sets GRPC_VERBOSITY keeps it, for the agent and its jobs).
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
-import logging
 import os
+
+if "GRPC_VERBOSITY" not in os.environ:
+    os.environ["GRPC_VERBOSITY"] = "NONE"
+    import grpc
+
+    del os.environ["GRPC_VERBOSITY"]
+
+import logging
 import select
 import signal
 import sys
@@ -26,7 +41,7 @@ from synergy.agent.bandwidth import Calibration, Resctrl, calibrate
 from synergy.agent.cgroups import Cgroups, CgroupError, detect
 from synergy.agent.contention import Policy
 from synergy.agent.eliminator import Eliminator
-from synergy.agent.client import Backoff, NodeClient
+from synergy.agent.client import NodeClient
 from synergy.agent.config import AgentConfig, ConfigError, from_args
 from synergy.agent.cores import format_cpu_list
 from synergy.agent.gpus import GIB, Gpus, GpuTypeError, discover
@@ -36,8 +51,9 @@ from synergy.agent.report import node_telemetry_extras, pct, statuses
 from synergy.agent.tasks import Supervisor, TaskKey
 from synergy.agent.workdir import work_dir_problem
 from synergy.agent.telemetry import NodeSample, Sampler
-from synergy.scheduler.cli.connection import Target, tls_problem
-from synergy.scheduler.daemon.logs import configure, event
+from synergy.common.channel import Backoff
+from synergy.common.logs import configure, event
+from synergy.common.tlsprobe import tls_problem
 from synergy.v1 import common_pb2, node_pb2
 
 LOGGER = "synergy-agent"
@@ -220,9 +236,9 @@ class Agent:
 
     def _why_unreachable(self, exc: grpc.RpcError) -> str:
         """gRPC words a TLS mismatch like a daemon that is down: a handshake of our own says
-        which, in the CLI's words (`tls_problem`)."""
+        which, in the CLI's words (the probe both use, `synergy.common.tlsprobe`)."""
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
-            problem = tls_problem(Target(self.cfg.daemon, "--daemon", tls_ca=self.cfg.tls_ca), 2.0)
+            problem = tls_problem(self.cfg.daemon, self.cfg.tls_ca, 2.0)
             if problem is not None:
                 return problem.message
         return exc.details() or ""

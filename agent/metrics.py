@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from synergy.agent.state import write_atomic
+from synergy.common.files import write_atomically
 from synergy.agent.tasks import TaskCounts
 from synergy.agent.telemetry import NodeSample
 
@@ -152,7 +152,7 @@ class MetricsServer:
     def start(self, host: str, port: int, work_dir: Path) -> str:
         self._httpd, _ = start_http_server(port, addr=host, registry=self.registry)
         self.address = f"{host}:{self._httpd.server_port}"
-        write_atomic(work_dir / ADDRESS_FILE, (self.address + "\n").encode())
+        write_atomically(work_dir / ADDRESS_FILE, (self.address + "\n").encode())
         return self.address
 
     def close(self) -> None:

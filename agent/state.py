@@ -15,31 +15,25 @@ import os
 from pathlib import Path
 from typing import Any
 
+from synergy.common.files import TEMP_PREFIX, write_atomically
+
 STATE_FILE = "state.json"
 EXITS_DIR = "exits"
 FORMAT_VERSION = 1
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: temp file, fsync, rename.
-
-    The rename makes the switch atomic for a reader after an agent crash (what matters: the
-    tasks outlive the agent, not the machine). The directory is not fsynced: after a power
-    loss the tasks are gone anyway, and it would double the cost of every launch.
-    """
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-
-
 def save(path: Path, node_id: str, records: list[dict[str, Any]]) -> None:
+    """Rewrite the state file atomically. The directory is not fsynced (`sync_dir=False`):
+    the rename is what matters after an agent crash (the tasks outlive the agent, not the
+    machine), and the fsync would double the cost of every launch."""
     body = {"version": FORMAT_VERSION, "node_id": node_id, "tasks": records}
-    write_atomic(path, json.dumps(body, indent=1, sort_keys=True).encode())
+    write_atomically(path, json.dumps(body, indent=1, sort_keys=True).encode(), sync_dir=False)
+
+
+def remove_stale_temp_files(path: Path) -> None:
+    """Temp files of the state file that a crash during a write left (never the only copy)."""
+    for tmp in path.parent.glob(f"{TEMP_PREFIX}{path.name}.*"):
+        tmp.unlink(missing_ok=True)
 
 
 def load(path: Path, node_id: str) -> tuple[list[dict[str, Any]], str]:

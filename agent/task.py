@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synergy.agent.cores import CoreGrant
-from synergy.scheduler.tasks import LAUNCH_FAILED, TaskKey  # noqa: F401 - LAUNCH_FAILED re-exported
-from synergy.scheduler.tasks import TaskPhase as Phase
+from synergy.common.tasks import LAUNCH_FAILED, TaskKey  # noqa: F401 - LAUNCH_FAILED re-exported
+from synergy.common.tasks import MAX_JOBS_PER_GPU  # noqa: F401 - the core's packing limit, re-exported
+from synergy.common.tasks import TaskPhase as Phase
 
 GIB = 1024**3
 #: The exit code that means "checkpointed, restart me" (docs/daemon.md).
@@ -126,10 +127,6 @@ def log_tail(path: Path, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> st
         return ""
     text = "\n".join(data.rstrip("\n").splitlines()[-lines:])
     return text[-chars:]
-
-
-#: The most tasks one GPU index ever carries (a packed pair).
-MAX_TASKS_PER_GPU = 2
 
 
 #: How a task's exit is counted (on /metrics): the kinds, fixed so the counts never change shape.

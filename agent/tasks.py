@@ -4,7 +4,7 @@ One task = one attempt of one job on this node (its node rank). Each runs in its
 session / process group (no shell), inside its own cgroup with exclusive cores, a memory
 limit and a CPU quota, with `CUDA_VISIBLE_DEVICES` naming the GPUs the agent picked, its
 output in `<work-dir>/logs/<job>-<attempt>-<rank>.log` and the environment contract of
-`synergy.agent.contract`. Nothing here blocks: a stop sends SIGTERM and records when to
+`synergy.common.contract`. Nothing here blocks: a stop sends SIGTERM and records when to
 send SIGKILL; `poll()` (called whenever the agent wakes, e.g. on SIGCHLD) reaps exits and
 enforces those deadlines.
 
@@ -37,15 +37,16 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from synergy.agent import contract, state
+from synergy.agent import state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
 from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tree, read_pid, resolve
 from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
-    EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_TASKS_PER_GPU, Phase, Share, Task, TaskCounts,
+    EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
     TaskKey, key_of_cgroup, log_tail)
-from synergy.scheduler.daemon.logs import event
-from synergy.scheduler.tasks import IMPOSSIBLE_PLACEMENT
+from synergy.common import contract
+from synergy.common.logs import event
+from synergy.common.tasks import IMPOSSIBLE_PLACEMENT
 from synergy.v1 import node_pb2
 
 
@@ -257,9 +258,9 @@ class Supervisor:
                               f"this task asks for {task.share.gpus} (a packed task shares every GPU of its host)")
         for i in host.gpu_indices:
             carried = sum(1 for t in self.tasks.values() if t.alive and t.key != task.key and i in t.gpu_indices)
-            if carried >= MAX_TASKS_PER_GPU:
+            if carried >= MAX_JOBS_PER_GPU:
                 raise LaunchError(f"task.packed_with_job_id: GPU {i} of job {host_id} already carries "
-                                  f"{carried} tasks (at most {MAX_TASKS_PER_GPU} per GPU)")
+                                  f"{carried} tasks (at most {MAX_JOBS_PER_GPU} per GPU)")
         return host.gpu_indices
 
     def _environment(self, task: Task, spec: node_pb2.TaskSpec) -> dict[str, str]:
@@ -512,6 +513,7 @@ class Supervisor:
         task group of ours the state file does not know) is killed and reported lost.
         """
         self.load()
+        state.remove_stale_temp_files(self.state_path)
         for task in list(self.tasks.values()):
             if not task.alive:
                 continue

@@ -37,7 +37,7 @@ import torch.utils.serialization as torch_serialization
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "agent"), str(ROOT / "tests" / "iterator")]
 
-from synergy.agent.contract import JobEnv  # noqa: E402
+from synergy.common.contract import JobEnv  # noqa: E402
 from synergy.iterator import SynergyIterator, checkpoint  # noqa: E402
 
 

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from synergyd_harness import DaemonProcess, FakeAgent, wait_for  # noqa: E402
 
-from synergy.agent.contract import GRPC_FORK_ENV, JobEnv  # noqa: E402
+from synergy.common.contract import GRPC_FORK_ENV, JobEnv  # noqa: E402
 from synergy.iterator import SynergyIterator  # noqa: E402
 from synergy.iterator.lease import LeaseKeeper  # noqa: E402
 from synergy.v1 import admin_pb2, job_pb2  # noqa: E402

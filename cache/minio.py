@@ -41,7 +41,7 @@ from synergy.cache.sizing import DEFAULT_FRACTION, capacity_from_allocation
 from synergy.cache.stats import CacheStats
 
 if TYPE_CHECKING:
-    from synergy.agent.contract import JobEnv
+    from synergy.common.contract import JobEnv
 
 #: Default index size: items the cache can hold at most (32 B each, sparse until used).
 DEFAULT_MAX_ITEMS = 1 << 18
@@ -169,10 +169,10 @@ class MinioCache:
     ) -> MinioCache:
         """The cache of the job this process belongs to, sized from its memory allocation.
 
-        `env` is a `synergy.agent.contract.JobEnv` (read from the environment when None):
+        `env` is a `synergy.common.contract.JobEnv` (read from the environment when None):
         capacity = `capacity_from_allocation(env.alloc_mem_gb, fraction, process_mem_gb)`, named
         by the job id and attempt."""
-        from synergy.agent.contract import JobEnv  # the agent's contract: the one place it lives
+        from synergy.common.contract import JobEnv  # the agent's contract: the one place it lives
 
         job = env if env is not None else JobEnv.from_env()
         capacity = capacity_from_allocation(job.alloc_mem_gb, fraction, process_mem_gb)

@@ -3,7 +3,7 @@
 The scheduler's model (`synergy.scheduler.profiles.minio`) assumes that the memory a job is
 given above what the training process itself needs caches data, so that an epoch's hit rate is
 ``min(1, (mem_gb - process_mem_gb) / dataset_gb)``. The agent hands the allocation to the job
-as ``SYNERGY_ALLOC_MEM_GB`` (`synergy.agent.contract`); this module turns it into a byte
+as ``SYNERGY_ALLOC_MEM_GB`` (`synergy.common.contract`); this module turns it into a byte
 capacity. GB means 10**9 bytes, as in the model.
 """
 

@@ -3,7 +3,7 @@
 The flags are part of the examples' agreed interface (issue 8): ``--epochs``, ``--max-steps``,
 ``--batch-size``, ``--workers`` (default: the contract's SYNERGY_ALLOC_CPUS, else 1) and
 ``--data-dir`` (default ``$SYNERGY_CHECKPOINT_DIR/../data`` when managed, else
-``~/.cache/synergy/examples/<name>``). Contract names come from `synergy.agent.contract`, the
+``~/.cache/synergy/examples/<name>``). Contract names come from `synergy.common.contract`, the
 one place they live.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from synergy.agent import contract
+from synergy.common import contract
 
 
 def parser(description: str, images: bool = False) -> argparse.ArgumentParser:

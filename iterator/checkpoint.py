@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.utils.serialization as torch_serialization
 
+from synergy.common.files import fsync_dir
+
 #: Kinds of `CheckpointError` (the words describe shows).
 FULL = "checkpoint dir full"
 READ_ONLY = "checkpoint dir read-only"
@@ -49,14 +51,6 @@ def step_dir(root: str | Path, step: int) -> Path:
 
 def rank_file(ckpt: str | Path, rank: int) -> Path:
     return Path(ckpt) / f"rank{rank}.pt"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _kind(exc: BaseException | None, directory: Path) -> str:
@@ -82,7 +76,7 @@ def atomic_save(obj: Any, path: Path) -> int:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(path.parent.parent)
+        fsync_dir(path.parent.parent)
         # (the setting is process-wide while it is patched: a save the script makes at the same
         # moment in another thread skips CRC32 too, which torch.load does not need)
         with open(tmp, "wb") as f, torch_serialization.config.patch({"save.compute_crc32": False}):
@@ -91,7 +85,7 @@ def atomic_save(obj: Any, path: Path) -> int:
             size = f.tell()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return size
     except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError for I/O errors too
         kind = _kind(exc, path.parent if path.parent.exists() else path.parent.parent)

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.iterator import checkpoint
 
 #: The key of the DALI pipelines' checkpoints in a rank's checkpoint file.

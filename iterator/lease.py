@@ -26,14 +26,13 @@ from typing import Any
 
 import grpc
 
-from synergy.agent.client import Backoff, open_channel
-from synergy.agent.contract import JobEnv
+from synergy.common.channel import RPC_TIMEOUT_S, Backoff, open_channel
+from synergy.common.contract import JobEnv
 from synergy.profiler.live import ProfilingTerms
 from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc
 
 log = logging.getLogger("synergy.iterator")
 
-RPC_TIMEOUT_S = 5.0
 _RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 

@@ -2,7 +2,7 @@
 
     loader = SynergyIterator(loader, state={"model": model, "optimizer": opt})
 
-Managed (started by synergy-agent, the contract of `synergy.agent.contract` in the
+Managed (started by synergy-agent, the contract of `synergy.common.contract` in the
 environment): a background `LeaseKeeper` registers and renews; at the daemon's agreed
 `stop_at_step` the wrap checkpoints `state` and its `Position` and exits 75; on relaunch it
 restores both and continues with the next unconsumed batch. Periodic checkpoints: at the
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from synergy.agent import contract
-from synergy.agent.contract import JobEnv
+from synergy.common import contract
+from synergy.common.contract import JobEnv
 from synergy.iterator import checkpoint
 from synergy.iterator.background import BackgroundWriter, Written, snapshot_copy
 from synergy.iterator.checkpoint import CheckpointError

@@ -21,7 +21,6 @@ Every failure is a `StateDirError` whose message is one line naming the file and
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 import sqlite3
@@ -29,6 +28,11 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
+
+from synergy.common import files
+# The state dir's names for them (temp files of atomic writes and backups start with TEMP_PREFIX;
+# stale ones are removed at start).
+from synergy.common.files import TEMP_PREFIX, fsync_dir, write_atomically  # noqa: F401
 
 DB_FILE = "synergyd.sqlite"
 LOCK_FILE = "synergyd.lock"
@@ -48,8 +52,6 @@ DB_SIDE_SUFFIXES = ("-wal", "-shm")
 SECRET_FILES = (ADMIN_TOKEN_FILE, CLUSTER_TOKEN_FILE, DB_FILE, *(DB_FILE + s for s in DB_SIDE_SUFFIXES))
 #: The previous database, kept by a restore (with its WAL, so it still opens).
 REPLACED_DB_FILE = DB_FILE + ".before-restore"
-#: Prefix of temporary files in the state dir (atomic writes, backups); stale ones are removed at start.
-TEMP_PREFIX = ".tmp-"
 
 MIN_TOKEN_CHARS = 16
 #: What makes a file a synergyd database: these tables, and this schema version in `settings`.
@@ -89,25 +91,14 @@ def _why(exc: OSError) -> str:
 def acquire_lock(state_dir: Path, name: str = LOCK_FILE, owner: str = "synergyd", flag: str = "--state-dir") -> int:
     """flock DIR/`name` and write our pid into it; returns the fd (close it to release).
 
-    The agent locks its work dir the same way (`owner="synergy-agent"`, `flag="--work-dir"`)."""
+    The lock itself is `synergy.common.files.acquire_lock` (the agent locks its work dir
+    with it); here its failures are the state dir's errors."""
     try:
-        fd = os.open(Path(state_dir) / name, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise StateDirError(f"{flag} {state_dir}: cannot open {name} ({_why(exc)})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise StateDirLocked(
-            f"{flag} {state_dir}: another {owner} (pid {holder}) is running on it"
-        ) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    except OSError:  # a full disk must not stop a start: the pid is only informative
-        pass
-    return fd
+        return files.acquire_lock(state_dir, name, owner, flag)
+    except files.Locked as exc:
+        raise StateDirLocked(str(exc)) from None
+    except files.LockError as exc:
+        raise StateDirError(str(exc)) from None
 
 
 @contextlib.contextmanager
@@ -150,37 +141,7 @@ def tighten_permissions(state_dir: Path) -> list[str]:
     return changed
 
 
-# -- atomic writes ----------------------------------------------------------------------------------
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write `path` whole or not at all: a temp file (created with `mode`), fsync, rename, fsync dir.
-
-    A crash or a full disk leaves the old file (or none), never a partial one. Raises OSError;
-    the temp file is removed on failure.
-    """
-    path = Path(path)
-    tmp = path.parent / f"{TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
+# -- atomic writes: synergy.common.files (fsync_dir, write_atomically, TEMP_PREFIX) ---------------
 def remove_stale_temp_files(state_dir: Path) -> None:
     """Temp files a crash left behind (they are never the only copy of anything)."""
     for tmp in Path(state_dir).glob(f"{TEMP_PREFIX}*"):

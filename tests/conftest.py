@@ -17,11 +17,22 @@ import pytest
 from synergyd_harness import DaemonProcess, FakeAgent
 
 
+#: gRPC's settings as pytest started, before test modules were imported: importing the CLI
+#: sets GRPC_VERBOSITY=NONE and importing synergy.iterator gRPC's fork settings, for the
+#: whole process. A process a test starts (synergyd, an agent, a job) inherits them, so what
+#: it printed depended on which test modules happened to be collected with it.
+GRPC_AT_START = {k: v for k, v in os.environ.items() if k.startswith("GRPC_")}
+
+
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in list(os.environ):
         if name.startswith("SYNERGY_"):
             monkeypatch.delenv(name)
+        elif name.startswith("GRPC_") and name not in GRPC_AT_START:
+            monkeypatch.delenv(name)
+    for name, value in GRPC_AT_START.items():
+        monkeypatch.setenv(name, value)
     # Keep the default state dir (~/.local/state/synergy) out of reach too.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("COLUMNS", "200")

@@ -1,6 +1,6 @@
 """A small stand-in training job that reports its throughput through the JobService.
 
-It reads the environment contract the agent sets (`synergy.agent.contract.JobEnv`),
+It reads the environment contract the agent sets (`synergy.common.contract.JobEnv`),
 registers with synergyd, and renews its lease every `renew_interval_s` with its step and
 samples per second, like an iterator-driven job (issue 8's SynergyIterator replaces it).
 One "step" is memory-bound on purpose: it copies a batch buffer (the data loader's work)
@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.v1 import job_pb2, job_pb2_grpc
 
 BATCH = 32

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from examples import common  # noqa: E402
 from examples.image_classification import data  # noqa: E402
 from examples.image_classification.model import SmallCNN  # noqa: E402
-from synergy.agent import contract  # noqa: E402
+from synergy.common import contract  # noqa: E402
 from synergy.cache import MinioCache  # noqa: E402
 from synergy.iterator import SynergyIterator  # noqa: E402
 

@@ -11,14 +11,13 @@ and a script elsewhere passes the address and token explicitly.
 from __future__ import annotations
 
 import os
-import socket
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import grpc
 
+from synergy.common.tlsprobe import tls_problem as probe_tls
 from synergy.scheduler.cli.errors import CliError, ExitCode, from_rpc_error, transport_failure
 from synergy.scheduler.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, default_state_dir
 from synergy.v1 import admin_pb2_grpc
@@ -123,60 +122,10 @@ class Client:
 
 # -- telling TLS trouble from a daemon that is down --------------------------------------------
 def tls_problem(target: Target, timeout_s: float) -> CliError | None:
-    """Why a connection failed, when TLS is the reason: a handshake of our own with `ssl`.
-
-    Plaintext client, TLS daemon: an unverified handshake succeeds, so the daemon speaks TLS.
-    With --tls-ca: a verified handshake says whether the CA does not trust the certificate,
-    the certificate names another host, or the daemon does not speak TLS at all. None when
-    the probe learns nothing (not listening, not TLS, or a handshake that works).
-    """
-    host_port = _split_address(target.address)
-    if host_port is None:
+    """Why a connection failed, when TLS is the reason (the probe every process shares,
+    `synergy.common.tlsprobe`), as the CLI's error: a CA file that is no certificate is a
+    usage error, the rest say the daemon is unreachable."""
+    problem = probe_tls(target.address, target.tls_ca, timeout_s)
+    if problem is None:
         return None
-    host, port = host_port
-    where = f"synergyd at {target.address}"
-    if not target.tls_ca:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        if _handshake(ctx, host, port, timeout_s) is None:
-            return CliError(f"{where} speaks TLS: pass --tls-ca FILE (or set SYNERGY_TLS_CA) with the CA "
-                            "that signed its certificate", ExitCode.UNREACHABLE)
-        return None
-    try:
-        ctx = ssl.create_default_context(cafile=target.tls_ca)
-    except (OSError, ssl.SSLError) as exc:
-        return CliError(f"the TLS CA file {target.tls_ca} is not a PEM certificate ({exc})", ExitCode.USAGE)
-    failure = _handshake(ctx, host, port, timeout_s)
-    if isinstance(failure, ssl.SSLCertVerificationError):
-        if failure.verify_code == 62:  # X509_V_ERR_HOSTNAME_MISMATCH
-            return CliError(f"{where}: its certificate is not valid for {host} ({failure.verify_message})",
-                            ExitCode.UNREACHABLE)
-        return CliError(f"{where}: its certificate is not trusted by CA {target.tls_ca} "
-                        f"({failure.verify_message})", ExitCode.UNREACHABLE)
-    if isinstance(failure, (ssl.SSLError, ConnectionResetError, ssl.SSLEOFError)):
-        return CliError(f"{where} did not complete a TLS handshake; is it running without TLS? "
-                        "(then drop --tls-ca / SYNERGY_TLS_CA)", ExitCode.UNREACHABLE)
-    return None
-
-
-def _handshake(ctx: ssl.SSLContext, host: str, port: int, timeout_s: float) -> Exception | None:
-    """None when a TLS handshake succeeds; the failure otherwise (OSError: no connection)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            with ctx.wrap_socket(sock, server_hostname=host):
-                return None
-    except (OSError, ssl.SSLError) as exc:  # SSLError is an OSError; both named for the reader
-        return exc
-
-
-def _split_address(address: str) -> tuple[str, int] | None:
-    """HOST:PORT or [V6]:PORT as gRPC takes it (a `dns:` or `ipv4:` scheme is dropped)."""
-    text = address
-    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
-        text = text.removeprefix(scheme)
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit():
-        return None
-    host = host.strip("[]") or "localhost"
-    return host, int(port)
+    return CliError(problem.message, ExitCode.USAGE if problem.bad_input else ExitCode.UNREACHABLE)

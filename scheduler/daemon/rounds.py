@@ -141,16 +141,14 @@ class RoundLoop:
             cluster, records = self.snapshot()
             scheduler, index = self.scheduler, self.round_index + 1
             now = ctx.clock.now()
+            # A job whose GPU types no schedulable node has is the core's to explain (it
+            # waits, or is not kept, with the reason), as it is in the simulator.
             core_jobs = [self._core_job(j, cluster) for j in records]
-            # A job whose GPU types no registered node has cannot run this round wherever
-            # the core would look: it waits, and says why, without a place in the input.
-            no_type = {j.id: why for j in core_jobs if (why := missing_gpu_type(j, cluster))}
-            core_jobs = [j for j in core_jobs if j.id not in no_type]
             # Jobs asked to stop are on their way out: they hold no place to keep.
             previous = {
                 j.id: Allocation(j.id, j.placements, packed_with=j.packed_with or None)
                 for j in records
-                if j.state == JobState.RUNNING and j.placements and not j.stopping and j.id not in no_type
+                if j.state == JobState.RUNNING and j.placements and not j.stopping
             }
         started = time.perf_counter()
         inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.config.heartbeat_window)
@@ -161,7 +159,7 @@ class RoundLoop:
         placements = {job_id: tuple(alloc.placements) for job_id, alloc in out.allocations.items()}
         packed = {job_id: a.packed_with for job_id, a in out.allocations.items() if a.packed_with is not None}
         return Plan(index, now, decision_s, frozenset(j.id for j in records), placements,
-                    {**out.waiting, **no_type}, packed, out.moves)
+                    dict(out.waiting), packed, out.moves)
 
     def apply(self, plan: Plan) -> None:
         ctx = self.ctx
@@ -274,20 +272,6 @@ class RoundLoop:
             loanable=job.spec.loanable,
             no_share=job.spec.no_share,
         )
-
-
-def missing_gpu_type(job: Job, cluster: Cluster) -> str:
-    """Why no registered node can ever host `job` for its GPU types ("" = some node has one).
-
-    Which of the matching nodes a job gets is the core's business; this is only the
-    daemon's word for a job that names a type the cluster lacks altogether (a typo, or the
-    nodes of that type are not registered yet).
-    """
-    if not job.gpu_types or any(s.gpu_type in job.gpu_types for s in cluster.servers):
-        return ""
-    have = sorted({s.gpu_type or "untyped" for s in cluster.servers})
-    return (f"no registered node has GPU type {' or '.join(sorted(job.gpu_types))} "
-            f"(registered: {', '.join(have) or 'no nodes'})")
 
 
 def _in_order_of(running: Sequence[Placement], new: Sequence[Placement]) -> tuple[Placement, ...]:

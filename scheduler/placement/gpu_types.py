@@ -108,7 +108,9 @@ def choose_greedy(ordered: Sequence[Job], types: Mapping[str, Cluster]) -> tuple
             chosen[job.id] = pick
             left[pick] -= need
         elif not order:
-            waiting[job.id] = f"accepts GPU types {', '.join(sorted(job.gpu_types))}; no schedulable node has one"
+            have = ", ".join(sorted(t or "untyped" for t in types)) or "none"
+            waiting[job.id] = (f"accepts GPU types {', '.join(sorted(job.gpu_types))}; no schedulable node has one "
+                               f"(schedulable: {have})")
         else:
             free = ", ".join(f"{max(0, int(round(left[t])))} {t or 'untyped'}" for t in order)
             waiting[job.id] = f"waiting for {need} GPUs of one type: {free} left after higher-priority jobs"

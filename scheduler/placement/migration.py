@@ -44,7 +44,6 @@ from collections import defaultdict
 from typing import Callable, Container, Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from synergy.scheduler.model import EPS, Allocation, Cluster, Placement, Resources
 
@@ -425,6 +424,9 @@ def relabelling(
                     row[c] += min(o, n) / gpus[j]
             if b in col_of:
                 row[col_of[b]] += _KEEP_BONUS / len(rows)
+        # imported here, not at the top: the CLI loads the core's registry and must not load scipy
+        from scipy.optimize import linear_sum_assignment
+
         r_idx, c_idx = linear_sum_assignment(np.array(saving), maximize=True)
         assigned = {rows[r]: cols[c] for r, c in zip(r_idx, c_idx)}
         if all(b == a for b, a in assigned.items()):

@@ -8,7 +8,8 @@ matching, placed x pending, solved with the Hungarian method
 (`scipy.optimize.linear_sum_assignment`). An edge (h, g) exists only when
   * both need the same number of GPUs (Tesserae: g runs on exactly h's GPUs),
   * both are fixed-size training jobs (not elastic, not CPU-only) and neither is `no_share`,
-  * h is not already packed (at most two jobs per GPU), and
+  * h is not already packed (at most two jobs per GPU: `synergy.common.tasks.MAX_JOBS_PER_GPU`,
+    the limit the agent enforces too), and
   * the pair is profiled with a combined normalised throughput above 1 (the edge's weight).
 
 The guest runs on the host's servers with the host's GPU counts, and needs CPUs and memory of
@@ -33,7 +34,6 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Placement, Resources
 from synergy.scheduler.placement.gpu_types import accepts, is_typed, on_type
@@ -42,8 +42,6 @@ from synergy.scheduler.throughput import best_case_per_gpu, proportional_per_gpu
 
 #: A pair is worth packing only when together the two do more than one job alone.
 MIN_COMBINED = 1.0
-#: At most this many jobs on one GPU (Tesserae §5, after Gavel and Lucid).
-MAX_JOBS_PER_GPU = 2
 
 
 def can_share(job: Job) -> bool:
@@ -68,6 +66,9 @@ def max_weight_pairs(weights: np.ndarray) -> list[tuple[int, int]]:
     positive entries of `weights` (0 = no edge), each row and column used at most once."""
     if weights.size == 0 or not (weights > 0).any():
         return []
+    # imported here, not at the top: the CLI loads the core's registry and must not load scipy
+    from scipy.optimize import linear_sum_assignment
+
     rows, cols = linear_sum_assignment(weights, maximize=True)
     return [(int(r), int(c)) for r, c in zip(rows, cols) if weights[r, c] > 0]
 

@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from synergy.agent.contract import GRPC_FORK_ENV
+from synergy.common.contract import GRPC_FORK_ENV
 from synergyd_harness import DaemonProcess, wait_for
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -46,9 +46,10 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         # As on a real node: not the gRPC settings a test process may have picked up by
-        # importing synergy.iterator (the agent hands them to jobs itself).
-        fork_env = {name for name, _ in GRPC_FORK_ENV}
-        env = {k: v for k, v in os.environ.items() if k not in fork_env}
+        # importing synergy.iterator (the agent hands them to jobs itself) or the CLI (which
+        # silences gRPC's own log lines, and would hide them from the agent's jobs).
+        test_env = {name for name, _ in GRPC_FORK_ENV} | {"GRPC_VERBOSITY", "GRPC_TRACE"}
+        env = {k: v for k, v in os.environ.items() if k not in test_env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log, env=env)
         admin = self.daemon.admin()

@@ -22,18 +22,6 @@ pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cg
 SLEEPER = "import os, time; print('PID', os.getpid(), flush=True); time.sleep(600)"
 
 
-def _remove_cgroups(agent: AgentProcess) -> None:
-    """What a killed agent left behind (its own parent only; empty once its task is dead)."""
-    for controller in ("cpuset", "memory", "cpu"):
-        root = Path("/sys/fs/cgroup") / controller / agent.cgroup_parent
-        if root.is_dir():
-            for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [root]:
-                try:
-                    d.rmdir()
-                except OSError:
-                    pass
-
-
 def test_killing_an_agent_and_its_task_requeues_the_job_onto_the_other_agent(tmp_path: Path) -> None:
     # The sleeper never calls the JobService: a generous launch timeout keeps leases out of it.
     d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "600").start()
@@ -68,7 +56,7 @@ def test_killing_an_agent_and_its_task_requeues_the_job_onto_the_other_agent(tmp
             a.stop()
         d.kill()
         for a in agents.values():
-            _remove_cgroups(a)
+            a.remove_cgroups()  # every hierarchy the killed agent used, pids included
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")

@@ -6,6 +6,7 @@ Each test reproduces one defect the adversarial run found and fails on the code 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -298,6 +299,60 @@ def test_a_plaintext_agent_names_the_tls_problem(tmp_path: Path) -> None:
         a.proc = subprocess.Popen(a.argv(), stdout=subprocess.DEVNULL, stderr=open(a.log_path, "ab"))
         wait_for(lambda: "agent.daemon_unreachable" in a.log_text(), timeout=30, what="the agent to retry")
         assert f"synergyd at {d.address} speaks TLS: pass --tls-ca FILE" in a.log_text(), a.log_text()
+    finally:
+        a.stop()
+        d.kill()
+
+
+#: A job that talks gRPC and then forks, the way DataLoader workers start at every epoch while
+#: the iterator's lease channel is live (the image example logged gRPC's fork warning each epoch).
+FORKS_UNDER_GRPC = ("import os, grpc\n"
+                    "print('GRPC_VERBOSITY', os.environ.get('GRPC_VERBOSITY', '-'), flush=True)\n"
+                    "from grpc_health.v1 import health_pb2, health_pb2_grpc\n"
+                    "stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(os.environ['SYNERGY_DAEMON_ADDRESS']))\n"
+                    "for _ in range(8):\n"
+                    "    stub.Check(health_pb2.HealthCheckRequest(), timeout=10)\n"
+                    "    pid = os.fork()\n"
+                    "    if pid == 0:\n        os._exit(0)\n"
+                    "    os.waitpid(pid, 0)\n"
+                    "print('forked 8', flush=True)\n")
+FORK_WARNING = "FD from fork parent"
+
+
+def test_no_grpc_fork_warning_from_a_launch_or_a_job_that_forks(cluster: Callable[..., object],
+                                                                  tmp_path: Path) -> None:
+    """Defect 7: gRPC's `FD from fork parent still in poll list` filled the image example's log
+    (the `poll` strategy the agent set for jobs logs it in every child forked beside a live channel).
+    Neither the agent (it spawns shims while its own channel is open) nor the job may print it."""
+    d = cluster("daemon")
+    a = cluster("agent", d, "forks", "--cpus", "0", "--memory", "1G", "--sample-interval-s", "0")
+    job = _submit(d, "forks-under-grpc", tmp_path, code=FORKS_UNDER_GRPC)
+    _wait_state(d, job, "succeeded")
+    assert "forked 8" in a.task_log(job), a.task_log(job)
+    assert "GRPC_VERBOSITY -" in a.task_log(job), "the agent handed its gRPC settings to the job"
+    assert FORK_WARNING not in a.task_log(job), a.task_log(job)
+    assert "task.launched" in a.log_text() and FORK_WARNING not in a.log_text(), a.log_text()
+
+
+def test_a_tls_agent_against_a_plaintext_daemon_logs_no_grpc_lines(tmp_path: Path) -> None:
+    """The agent's stderr is its structured log: gRPC's own `ssl_transport_security.cc ...
+    Handshake failed` lines at every retry broke it (they were hidden only while the agent
+    loaded the CLI package, which silenced gRPC for the agent and every job alike)."""
+    from pki import make_pki
+
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_pki(pki)
+    d = DaemonProcess(tmp_path / "state").start()
+    a = AgentProcess(d, tmp_path / "work", "tlsagent", "--cpus", "0", "--memory", "1G", "--tls-ca", str(pki / "ca.pem"))
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_VERBOSITY", "GRPC_TRACE")}
+    try:
+        a.proc = subprocess.Popen(a.argv(), stdout=subprocess.DEVNULL, stderr=open(a.log_path, "ab"), env=env)
+        wait_for(lambda: a.log_text().count("agent.daemon_unreachable") >= 2, timeout=30, what="the agent to retry")
+        text = a.log_text()
+        assert "did not complete a TLS handshake" in text, text
+        foreign = [line for line in text.splitlines() if re.match(r"[DIWEF]\d{4} ", line)]
+        assert not foreign, foreign[:3]
     finally:
         a.stop()
         d.kill()

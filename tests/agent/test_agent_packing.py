@@ -134,3 +134,20 @@ def test_a_restarted_agent_keeps_the_pair(cg: Cgroups, tmp_path: Path) -> None:
     finally:
         new.shutdown(0)
         old.shutdown(0)
+
+
+def test_the_agents_packing_limit_is_the_cores_definition() -> None:
+    """Issue 15 (no decision outside the core): the agent kept its own `MAX_TASKS_PER_GPU = 2`
+    beside the core's packing limit. One definition (synergy.common.tasks), read by both."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    defined = []
+    for folder in ("agent", "scheduler", "common"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, ast.AnnAssign) else []
+                defined += [f"{path.relative_to(root)}:{t.id}" for t in targets
+                            if isinstance(t, ast.Name) and t.id.endswith("_PER_GPU") and "MAX" in t.id]
+    assert defined == ["common/tasks.py:MAX_JOBS_PER_GPU"], defined

@@ -149,9 +149,12 @@ def test_a_new_supervisor_readopts_running_tasks_and_reports_the_rest(tmp_path: 
     orphan.proc.wait()
     os.kill(done.pid, 9)  # exits while no agent watches: the shim records it
     wait_for(lambda: (tmp_path / "exits" / f"{done.key}.exit").exists(), timeout=30, what="the exit record")
+    stale = old.state_path.with_name(f".tmp-{old.state_path.name}.dead")  # a crash mid-write left it
+    stale.write_text("{")
     new = supervisor()
     try:
         new.readopt()
+        assert not stale.exists() and old.state_path.exists()
         k = new.tasks[keep.key]
         assert k.phase == Phase.RUNNING and k.pid == keep.pid and k.grant == keep.grant and alive(k.pid)
         assert task_status(k, "n").pid == keep.pid

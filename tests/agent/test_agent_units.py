@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from synergy.agent import contract
+from synergy.common import contract
 from synergy.agent.config import ConfigError, from_args, parse_size_gb
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list, parse_cpu_list, shared_load, split_cpus
 from synergy.agent.tasks import log_tail

@@ -11,7 +11,7 @@ from cache_helpers import unique_job_id
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.cache import CacheStats, MinioCache, capacity_from_allocation
 from synergy.cache.segment import key_digest
 from synergy.scheduler.profiles.minio import MinioModel, hit_rate

@@ -179,7 +179,7 @@ def test_a_placement_the_node_cannot_hold_requeues_the_job_instead_of_failing_it
     node.heartbeat()
     j = logic.jobs.get(job)
     assert j.state == JobState.QUEUED, [t.reason for t in j.history]
-    assert "could not be launched" in j.history[-2].reason and j.history[-2].reason.endswith("; requeued")
+    assert "could not be launched" in j.history[-2].reason and "; requeued" in j.history[-2].reason
     clock(logic).advance(10)
     node.heartbeat()
     round_(logic)

@@ -15,7 +15,7 @@ from concurrent import futures
 import synergy.iterator  # noqa: F401  (sets gRPC's fork settings before grpc loads, as a job does)
 import grpc
 
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.iterator.lease import LeaseKeeper
 from synergy.v1 import job_pb2, job_pb2_grpc
 

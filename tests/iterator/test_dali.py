@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.iterator import SynergyIterator, checkpoint
 from synergy.iterator.dali import KEY, DaliState, resume_checkpoint
 

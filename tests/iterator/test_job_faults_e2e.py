@@ -173,5 +173,7 @@ def test_grpc_imported_before_the_iterator_still_gets_fork_support(cluster: Clus
     finished(admin, job)
     logs = "".join(a.task_log(job) for a in cluster.agents)
     assert "grpc fork support: True" in logs, logs[-2000:]
+    # ... and the workers are silent: gRPC's `poll` poller logged this in each (issue 15, defect 7)
+    assert "FD from fork parent" not in logs, logs[-2000:]
     assert_each_sample_once(records(rec), 32, 3)
     admin.close()

@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.iterator import SynergyIterator, checkpoint
 from synergy.iterator.checkpoint import CheckpointError
 from train_script import Indexed
@@ -215,7 +215,7 @@ from pathlib import Path
 from torch.utils.data import DataLoader
 sys.path.insert(0, sys.argv[2])
 from train_script import Indexed
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.iterator import SynergyIterator
 env = JobEnv(job_id=1, attempt=1, rank=0, world_size=1, daemon_address="127.0.0.1:1", job_token="t",
              checkpoint_dir=sys.argv[1]).to_env()

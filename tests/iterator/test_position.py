@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from synergy.agent.contract import JobEnv
+from synergy.common.contract import JobEnv
 from synergy.iterator import ElasticSampler, SynergyIterator, checkpoint
 from synergy.iterator.checkpoint import CheckpointError
 from train_script import Indexed

@@ -36,7 +36,11 @@ RESUME_STEP = "SYNERGY_RESUME_STEP"
 #: child can abort in gRPC's poller ("Check failed: next_worker->state == KICKED"). gRPC reads
 #: these once, when it is first imported, so they must be in the environment before the
 #: script imports grpc (directly, or through any library) in whatever order it imports things.
-GRPC_FORK_ENV = (("GRPC_ENABLE_FORK_SUPPORT", "true"), ("GRPC_POLL_STRATEGY", "poll"))
+#: The poller is epoll1 (gRPC's Linux default, named so that an inherited setting cannot
+#: change it): fork support works with it, while the `poll` poller logs
+#: `FD from fork parent still in poll list` in every child forked beside a live channel
+#: (every DataLoader worker of every epoch; issue 15).
+GRPC_FORK_ENV = (("GRPC_ENABLE_FORK_SUPPORT", "true"), ("GRPC_POLL_STRATEGY", "epoll1"))
 
 #: Rendezvous ports are derived from (job, attempt) so every rank agrees without a message.
 MASTER_PORT_BASE = 29500
