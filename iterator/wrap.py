@@ -95,6 +95,9 @@ class SynergyIterator:
         self.position.world_size = env.world_size
         self.batch_size = int(getattr(loader, "batch_size", None) or 1)
         self.cursor = self._install_cursor(loader)
+        #: The script's DataLoader workers: restored when profiling ends, since the job runs on
+        #: in this process (no relaunch) and its points may have left it with fewer.
+        self._script_workers = getattr(loader, "num_workers", None)
         self.sampler = self._sampler(loader)
         self.dali = DaliState.of(loader)
         self._iterations = 0          # wrap iterations in this process (the script's epochs)
@@ -278,6 +281,9 @@ class SynergyIterator:
             lease.want_cpus = 0
             lease.profile_job = self._profile_job(p)
             _say("profiling done: " + ", ".join(f"{c} CPUs {s:.1f} samples/s" for c, s in p.result()))
+            if (self.cursor is not None and self._script_workers is not None
+                    and getattr(self.loader, "num_workers", None) != self._script_workers):
+                it = self._switch_workers(it, self._script_workers)
         return it
 
     def _switch_workers(self, it: Iterator[Any], workers: int) -> Iterator[Any]:

@@ -192,7 +192,11 @@ class LeaseBook:
 
     def report_profile(self, caller: int, job_id: int, profile: Mapping[str, Any]) -> str:
         """Store a reported profile. Under a profiling lease it is "profiled" and ends the
-        profiling: the job is asked to stop (checkpoint, exit 75) and then queues with it."""
+        profiling without a restart: the job runs on, RUNNING where it was profiled, and the
+        next round sets its allocation like any running job's (a RESIZE in place, or a move
+        that buys something). A restart (checkpoint, exit 75, a new process) cost each job
+        seconds of start-up on the physical run (issue 14). A lease already being stopped
+        (its node drains, a cancel) ends as before: the job queues with its profile."""
         ctx = self.ctx
         with ctx.lock:
             job = self._own(caller, job_id)
@@ -201,7 +205,9 @@ class LeaseBook:
             profiled = job.state == JobState.PROFILING
             new = replace(job, reported_profile=dict(profile), profiled=profiled)
             new = replace(new, profile_source=ctx.profiles.source(new))
-            if new.profiling_lease:
+            if new.profiling_lease and not new.stopping:
+                new = self.jobs.run_on(new)
+            elif new.profiling_lease:
                 new = self.jobs.request_stop(new, "profiled: the profiling lease ends")
             elif profiled:  # not placed (e.g. requeued into profiling meanwhile): queue it now
                 new = new.to(JobState.QUEUED, "profile: profiled; waiting for the next round", ctx.clock.now())

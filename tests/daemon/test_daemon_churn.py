@@ -193,3 +193,44 @@ def test_a_placement_the_node_cannot_hold_requeues_the_job_instead_of_failing_it
                                    message="launch failed: command not found: 'train'")
     node.heartbeat()
     assert state(logic, other) == JobState.FAILED
+
+
+def _profile_doc(points: list[tuple[float, float]]) -> dict:
+    """A profile as the iterator reports it (complete_profile of measured points)."""
+    from synergy.profiler.fill import complete_profile
+
+    return complete_profile(points, gpus=1, dataset_bytes=10**6, sample_bytes=1e3, storage_bytes_per_s=1e15,
+                            process_mem_gb=0.5, max_mem_gb=4.0, model="p", task="image")
+
+
+def test_a_profiled_job_runs_on_where_it_was_profiled_without_a_restart() -> None:
+    """Issue 14 (physical run): ending a profiling lease with a stop and a relaunch cost each
+    job seconds of process start-up. Now the reported profile makes the job RUNNING on its
+    lease's placement, same attempt, and the next round's allocation reaches it as a RESIZE."""
+    from synergy.scheduler.daemon.reconciler import InstructionKind
+
+    logic = _logic(mechanism="tune")
+    node = SimNode(logic, "n", gpus=4, cpus=4, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 1
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    lease = logic.jobs.get(job).placements
+    assert logic.leases.report_profile(job, job, _profile_doc([(1, 10.0), (2, 20.0), (3, 20.0)])) == "profiled"
+    j = logic.jobs.get(job)
+    assert j.state == JobState.RUNNING and j.attempt == 1 and not j.stopping and j.placements == lease
+    assert not j.profiling_lease and j.profile_max_cpus == 0 and j.history[-1].reason.startswith("profiled on n:")
+    seen = len(node.seen)
+    for _ in range(2):
+        clock(logic).advance(10)
+        node.heartbeat()
+        logic.leases.renew(job, job, 1, 0, step=5, samples_per_s=20, steps_per_s=5)
+        round_(logic)
+        node.heartbeat()
+    j = logic.jobs.get(job)
+    assert j.state == JobState.RUNNING and j.attempt == 1 and not j.stopping and j.preemptions == 0, (
+        [t.reason for t in j.history])
+    assert j.placements[0].cpus == 2.0  # the profile's best case, in place
+    kinds = [ins.kind for ins in node.seen[seen:]]
+    assert InstructionKind.RESIZE in kinds and InstructionKind.STOP not in kinds and InstructionKind.LAUNCH not in kinds
