@@ -213,7 +213,8 @@ class LeaseBook:
                 new = new.to(JobState.QUEUED, "profile: profiled; waiting for the next round", ctx.clock.now())
             ctx.save_jobs([(job, new)])
             ctx.profiles.forget(job.id)
-            event(ctx.log, "job.profile_reported", job=job.id, source=new.profile_source)
+            stored = ctx.profiles.learn(new)  # later jobs of the same workload reuse it
+            event(ctx.log, "job.profile_reported", job=job.id, source=new.profile_source, stored=stored)
             return new.profile_source
 
     def report_checkpoint(self, caller: int, job_id: int, attempt: int, step: int, path: str, error: str = "") -> int:
