@@ -9,6 +9,11 @@ point (more CPUs buy nothing), it measures `SUB_CORE_POINTS` (0.5, then 0.25 CPU
 quota on a shared core), going lower only while the job stays that fast. The profile's
 rows then start below one CPU and the core's demand can be a fraction of a core.
 
+A lease that holds less than one CPU (`max_cpus` 0: half a core where four arrivals share
+two cores, placement/profiling.py) has no whole-CPU search (`inner` None): it measures the
+points below one CPU from the top, half a core (what it holds) and then a quarter while the
+job stays as fast. What lies above is left to the model.
+
 Same protocol as the searches (`next_cpus`, `record`, `points`, `probes`), so the live
 driver does not know the difference. Pure and deterministic.
 """
@@ -26,25 +31,28 @@ class SubCoreSearch:
     """`inner` (a whole-CPU search), then the points below one CPU while the job keeps its
     best throughput there."""
 
-    def __init__(self, inner: Any, tolerance: float = KNEE_TOLERANCE) -> None:
+    def __init__(self, inner: Any | None, tolerance: float = KNEE_TOLERANCE) -> None:
         self.inner = inner
         self.tolerance = tolerance
         self._below: dict[float, float] = {}
 
     @property
     def max_cpus(self) -> int:
-        return self.inner.max_cpus
+        return self.inner.max_cpus if self.inner is not None else 0
 
     def next_cpus(self) -> float | None:
-        nxt = self.inner.next_cpus()
-        if nxt is not None:
-            return nxt
-        whole = dict(self.inner.points)
-        if 1 not in whole:
-            return None
-        floor = (1.0 - self.tolerance) * max(whole.values())
-        if whole[1] < floor:
-            return None  # one CPU is already slower than the best: less will not do
+        if self.inner is None:  # a lease below one CPU: from its top point down
+            floor = (1.0 - self.tolerance) * max(self._below.values(), default=0.0)
+        else:
+            nxt = self.inner.next_cpus()
+            if nxt is not None:
+                return nxt
+            whole = dict(self.inner.points)
+            if 1 not in whole:
+                return None
+            floor = (1.0 - self.tolerance) * max(whole.values())
+            if whole[1] < floor:
+                return None  # one CPU is already slower than the best: less will not do
         for cpus in SUB_CORE_POINTS:
             if cpus not in self._below:
                 return cpus
@@ -54,6 +62,8 @@ class SubCoreSearch:
 
     def record(self, cpus: float, samples_per_s: float) -> None:
         if cpus >= 1:
+            if self.inner is None:
+                raise ValueError(f"cpus {cpus!r}: this lease holds less than one CPU ({SUB_CORE_POINTS})")
             self.inner.record(int(cpus), samples_per_s)
             return
         if cpus not in SUB_CORE_POINTS or cpus in self._below:
@@ -65,8 +75,8 @@ class SubCoreSearch:
     @property
     def points(self) -> list[tuple[float, float]]:
         """(cpus, samples/s) measured so far, by CPU count, the points below one CPU first."""
-        return sorted([*self._below.items(), *self.inner.points])
+        return sorted([*self._below.items(), *(self.inner.points if self.inner is not None else ())])
 
     @property
     def probes(self) -> int:
-        return self.inner.probes + len(self._below)
+        return (self.inner.probes if self.inner is not None else 0) + len(self._below)

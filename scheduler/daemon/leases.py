@@ -160,6 +160,9 @@ class LeaseBook:
                     allowed = " or ".join(map(str, SUB_CORE_POINTS)) if job.profile_sub_core else "none"
                     raise InvalidArgument("profile_sub_cpus", f"points below one CPU on this lease: {allowed}; "
                                           f"got {profile_cpus:g}")
+            elif top < 1:
+                raise InvalidArgument("profile_cpus", f"this profiling lease holds {job.profile_max_cpus:g} CPU: "
+                                      f"ask for points below one CPU (profile_sub_cpus), got {profile_cpus:g}")
             elif profile_cpus != int(profile_cpus) or not 1 <= profile_cpus <= top:
                 raise InvalidArgument("profile_cpus", f"must be from 1 to {top} (the profiling lease's CPUs), "
                                       f"got {profile_cpus:g}")

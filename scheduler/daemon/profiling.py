@@ -92,8 +92,8 @@ class ProfilingBook:
             queued = [cluster.proportional_share(j.spec.gpus)
                       for j in sorted(ctx.store.active_jobs(), key=lambda j: (j.submitted_at, j.id))
                       if j.state == JobState.QUEUED and not j.spec.cpu_only and j.id not in planned]
-            leases = place_leases(asks, open_nodes, self._held(), queued=queued)
             fine = sub_core(cluster)  # the share is the whole cluster's (`share_basis`)
+            leases = place_leases(asks, open_nodes, self._held(), queued=queued, sub_core=fine)
             changes = []
             for job in waiting:
                 placement = leases.get(job.id)

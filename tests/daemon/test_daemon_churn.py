@@ -106,15 +106,29 @@ def test_a_profiling_lease_takes_no_room_the_pending_round_gave_and_preempts_not
 
 
 def test_arrivals_profile_side_by_side_on_a_two_cpu_node() -> None:
-    """Before, each lease took the whole node and the next job's waited for it."""
+    """Before, each lease took the whole node and the next job's waited for it; then whole-CPU
+    leases profiled two and kept the third waiting. The share is half a core per GPU here:
+    three arrivals profile at once at half a core each (`sub_core` lease, max_cpus 0)."""
     logic = _logic()
     SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
     jobs = [logic.jobs.submit(JobSpec(name=f"p{i}", command=("train",), gpus=1, profiler="synergy",
                                       checkpoint_dir="/tmp/ckpt")).id for i in range(3)]
-    assert logic.profiling.place() == 2
-    leases = [logic.jobs.get(j).placements for j in jobs]
-    assert [len(p) for p in leases] == [1, 1, 0]
-    assert [p[0].cpus for p in leases[:2]] == [1.0, 1.0]
+    assert logic.profiling.place() == 3
+    placed = [logic.jobs.get(j) for j in jobs]
+    assert [j.placements[0].cpus for j in placed] == [0.5, 0.5, 0.5]
+    assert all(j.profile_sub_core and j.profile_max_cpus == 0.5 for j in placed)
+    # The lease's own point and the one below are accepted; a whole CPU is not its to ask.
+    from synergy.scheduler.daemon.errors import InvalidArgument
+
+    logic.leases.register_process(jobs[0], jobs[0], 1, 0, 1)
+    logic.leases.renew(jobs[0], jobs[0], 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.25)
+    assert logic.jobs.get(jobs[0]).placements[0].cpus == 0.25
+    try:
+        logic.leases.renew(jobs[0], jobs[0], 1, 0, step=2, samples_per_s=1, steps_per_s=1, profile_cpus=1)
+    except InvalidArgument as exc:
+        assert exc.field == "profile_cpus"
+    else:
+        raise AssertionError("a whole CPU accepted on a half-core lease")
 
 
 def test_a_profiling_lease_measures_below_one_cpu_where_the_share_is_below_one() -> None:

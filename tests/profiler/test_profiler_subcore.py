@@ -81,3 +81,16 @@ def test_the_live_driver_waits_for_a_quarter_core_in_force():
             t += 10.0 / light(want)  # a batch of 10 samples at the light job's rate
             p.on_batch(t, want, cores)
     assert [c for c, _ in p.result()][:2] == [0.25, 0.5]
+
+
+def test_a_lease_below_one_cpu_measures_half_a_core_then_a_quarter():
+    """Issue 14: four arrivals on four GPUs and two cores each get half a core (max_cpus 0):
+    the search starts at what the lease holds and goes down while the job stays as fast."""
+    search = make_search(ProfilingTerms("synergy", 0, "image", 1, 1.0, sub_core=True))
+    assert isinstance(search, SubCoreSearch) and search.max_cpus == 0
+    assert [c for c, _ in run(search, light)] == [0.25, 0.5]
+    assert [c for c, _ in run(make_search(ProfilingTerms("coda", 0, "image", 1, 1.0, sub_core=True)), heavy)] == [
+        0.25, 0.5]  # slower at a quarter: nothing below it (and there is nothing below it anyway)
+    assert [c for c, _ in run(SubCoreSearch(None), lambda c: 100.0 * min(1.0, c / 0.4))] == [0.25, 0.5]
+    with pytest.raises(ValueError, match="less than one CPU"):
+        SubCoreSearch(None).record(1, 10.0)
