@@ -194,7 +194,8 @@ class LeaseBook:
         return Renewal(LeaseAction.STOP, job, expires, job.stop_at_step, job.stop_reason, self.in_force(job, rank))
 
     def report_profile(self, caller: int, job_id: int, profile: Mapping[str, Any]) -> str:
-        """Store a reported profile. Under a profiling lease it is "profiled" and ends the
+        """Store a reported profile (a later one replaces it: a job refines its profile online
+        at each new allocation, and the next round uses it). Under a profiling lease it is "profiled" and ends the
         profiling without a restart: the job runs on, RUNNING where it was profiled, and the
         next round sets its allocation like any running job's (a RESIZE in place, or a move
         that buys something). A restart (checkpoint, exit 75, a new process) cost each job
@@ -205,7 +206,9 @@ class LeaseBook:
             job = self._own(caller, job_id)
             if job.state.terminal:
                 raise FailedPrecondition(f"job_id: job {job_id} already ended ({job.state.value})")
-            profiled = job.state == JobState.PROFILING
+            # A profile measured under the lease and refined afterwards (profiler/refine.py:
+            # the job measured a new allocation in force) stays "profiled".
+            profiled = job.state == JobState.PROFILING or job.profiled
             new = replace(job, reported_profile=dict(profile), profiled=profiled)
             new = replace(new, profile_source=ctx.profiles.source(new))
             if new.profiling_lease and not new.stopping:
