@@ -12,7 +12,12 @@ rows then start below one CPU and the core's demand can be a fraction of a core.
 A lease that holds less than one CPU (`max_cpus` 0: half a core where four arrivals share
 two cores, placement/profiling.py) has no whole-CPU search (`inner` None): it measures the
 points below one CPU from the top, half a core (what it holds) and then a quarter while the
-job stays as fast. What lies above is left to the model.
+job stays as fast. What lies above is left to the model. Its first point is measured just
+after the process started, while its neighbours start too; a quarter core measured
+`RECHECK_THRESHOLD` faster than half a core (a curve falling with more CPUs: noise, not a
+loader) has the half core measured once more, and the later measurement counts. Found on
+the physical run: a loading-heavy job measured 16 samples/s at half a core and 20 at a
+quarter, and TUNE then gave it a quarter core, below its share.
 
 Same protocol as the searches (`next_cpus`, `record`, `points`, `probes`), so the live
 driver does not know the difference. Pure and deterministic.
@@ -24,6 +29,9 @@ import math
 from typing import Any
 
 from synergy.profiler.search import KNEE_TOLERANCE
+
+#: How much faster a lower point must measure than the one above it to be re-checked.
+RECHECK_THRESHOLD = 0.10
 from synergy.scheduler.placement.profiling import SUB_CORE_POINTS
 
 
@@ -35,6 +43,9 @@ class SubCoreSearch:
         self.inner = inner
         self.tolerance = tolerance
         self._below: dict[float, float] = {}
+        #: Points measured a second time (`RECHECK_THRESHOLD`), and the one asked for now.
+        self._rechecked: set[float] = set()
+        self._recheck: float | None = None
 
     @property
     def max_cpus(self) -> int:
@@ -57,7 +68,17 @@ class SubCoreSearch:
             if cpus not in self._below:
                 return cpus
             if self._below[cpus] < floor:
-                return None  # slower here: the points below would be slower still
+                break  # slower here: the points below would be slower still
+        self._recheck = self._inverted() if self.inner is None else None
+        return self._recheck
+
+    def _inverted(self) -> float | None:
+        """The higher of two neighbouring points below one CPU when the lower one measured
+        `RECHECK_THRESHOLD` faster and it was not measured twice yet (None: none)."""
+        for hi, lo in zip(SUB_CORE_POINTS, SUB_CORE_POINTS[1:]):
+            if hi in self._below and lo in self._below and hi not in self._rechecked and (
+                    self._below[lo] > (1.0 + RECHECK_THRESHOLD) * self._below[hi]):
+                return hi
         return None
 
     def record(self, cpus: float, samples_per_s: float) -> None:
@@ -66,10 +87,14 @@ class SubCoreSearch:
                 raise ValueError(f"cpus {cpus!r}: this lease holds less than one CPU ({SUB_CORE_POINTS})")
             self.inner.record(int(cpus), samples_per_s)
             return
-        if cpus not in SUB_CORE_POINTS or cpus in self._below:
+        again = cpus == self._recheck
+        if cpus not in SUB_CORE_POINTS or (cpus in self._below and not again):
             raise ValueError(f"cpus {cpus!r}: not a point below one CPU still to measure ({SUB_CORE_POINTS})")
         if not (isinstance(samples_per_s, (int, float)) and math.isfinite(samples_per_s) and samples_per_s >= 0):
             raise ValueError(f"samples_per_s must be a finite number >= 0, got {samples_per_s!r}")
+        if again:
+            self._rechecked.add(cpus)
+            self._recheck = None
         self._below[cpus] = float(samples_per_s)
 
     @property
@@ -79,4 +104,4 @@ class SubCoreSearch:
 
     @property
     def probes(self) -> int:
-        return (self.inner.probes if self.inner is not None else 0) + len(self._below)
+        return (self.inner.probes if self.inner is not None else 0) + len(self._below) + len(self._rechecked)

@@ -43,12 +43,17 @@ from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, su
 
 
 def held_by_profiling(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
-    """Node id -> resources held by profiling leases among `jobs`."""
+    """Node id -> resources held by profiling leases among `jobs`: each lease's whole room
+    (`profile_max_cpus`), not only its current point, so that the CPUs a lower point leaves
+    idle are not handed out and then wanted back by a later, higher point (a re-checked
+    half core, or the optimistic search's upper half)."""
     out: dict[str, Resources] = {}
     for j in jobs:
         if j.profiling_lease:
             for p in j.placements:
-                out[p.server_id] = out.get(p.server_id, Resources()) + p.resources
+                r = p.resources
+                out[p.server_id] = out.get(p.server_id, Resources()) + Resources(
+                    r.gpus, max(r.cpus, j.profile_max_cpus), r.mem_gb)
     return out
 
 

@@ -248,3 +248,23 @@ def test_a_profiled_job_runs_on_where_it_was_profiled_without_a_restart() -> Non
     assert j.placements[0].cpus == 2.0  # the profile's best case, in place
     kinds = [ins.kind for ins in node.seen[seen:]]
     assert InstructionKind.RESIZE in kinds and InstructionKind.STOP not in kinds and InstructionKind.LAUNCH not in kinds
+
+
+def test_a_lease_holds_its_whole_room_while_it_measures_a_lower_point() -> None:
+    """A half-core lease measuring a quarter core still holds half a core for the round: the
+    quarter it leaves idle is not handed to a running job and then wanted back when the half
+    core is measured again (re-check) or a higher point follows."""
+    from synergy.scheduler.daemon.profiling import held_by_profiling
+
+    logic = _logic()
+    SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    others = [logic.jobs.submit(JobSpec(name=f"o{i}", command=("train",), gpus=1, profiler="synergy",
+                                        checkpoint_dir="/tmp/ckpt")).id for i in range(3)]
+    assert logic.profiling.place() == 4
+    logic.leases.register_process(job, job, 1, 0, 1)
+    logic.leases.renew(job, job, 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.25)
+    with logic.ctx.lock:
+        held = held_by_profiling(logic.ctx.store.active_jobs())
+    assert held["n"].cpus == 2.0, (held, others)

@@ -94,3 +94,23 @@ def test_a_lease_below_one_cpu_measures_half_a_core_then_a_quarter():
     assert [c for c, _ in run(SubCoreSearch(None), lambda c: 100.0 * min(1.0, c / 0.4))] == [0.25, 0.5]
     with pytest.raises(ValueError, match="less than one CPU"):
         SubCoreSearch(None).record(1, 10.0)
+
+
+def test_a_half_core_measured_slower_than_a_quarter_is_measured_once_more():
+    """Found on the physical run: a loading-heavy job measured 16 samples/s at its half-core
+    lease (just after start-up, its neighbours starting too) and 20 at a quarter core; TUNE
+    then gave it a quarter, below its share. The half core is measured again, and counts."""
+    search = SubCoreSearch(None)
+    seen = []
+    answers = {0.5: [16.0, 33.0], 0.25: [20.0]}
+    while (c := search.next_cpus()) is not None:
+        seen.append(c)
+        search.record(c, answers[c].pop(0))
+    assert seen == [0.5, 0.25, 0.5] and search.points == [(0.25, 20.0), (0.5, 33.0)] and search.probes == 3
+    # A second inversion is believed (measured twice), and an honest curve is not re-checked.
+    search = SubCoreSearch(None)
+    answers = {0.5: [16.0, 15.0], 0.25: [20.0]}
+    while (c := search.next_cpus()) is not None:
+        search.record(c, answers[c].pop(0))
+    assert search.points == [(0.25, 20.0), (0.5, 15.0)]
+    assert [c for c, _ in run(SubCoreSearch(None), light)] == [0.25, 0.5]
