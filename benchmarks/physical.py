@@ -280,6 +280,12 @@ def main() -> int:
         profiles = measured_profiles(tune)
         leased = [o.profiling_s for o in tune.outcomes if o.profiling_s > 0]
         profile_s = (statistics.mean(leased) - tune.startup_s) if leased else 0.0
+        missing = sorted({o.name for r in results.values() for o in r.outcomes} - set(profiles))
+        if missing:
+            print(f"simulated replay: not possible, no measured profile for {', '.join(missing)} "
+                  "(it finished under its lease: give the jobs more --samples)")
+            print(f"(work dir: {tmp})")
+            return 0
         print(f"simulated replay: the live TUNE run's profiles, leases of {profile_s:.1f} s (measured, start-up "
               f"excluded), start-up added to each JCT")
         print(f"  {'':<13} {'metric':<9} {'physical':>9} {'simulated':>10} {'sim/phys':>9}")

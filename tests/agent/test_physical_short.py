@@ -1,5 +1,5 @@
 """The physical benchmark's short form (benchmarks/physical.py, issue 14): the mechanics,
-not the gain. Four jobs on four fake GPUs and two cores under TUNE with live profiling:
+not the gain. Four jobs (60 steps each: long enough to report a profile) on four fake GPUs and two cores under TUNE with live profiling:
 every job succeeds, no placed job is taken back "before it started" by a profiling lease,
 the light jobs were profiled below one CPU (the share is half a core per GPU), and the
 simulator replays the run's trace with the profiles it measured."""
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cg
 
 
 def test_the_short_physical_run_keeps_its_mechanics(tmp_path: Path) -> None:
-    args = Namespace(jobs=4, gpus=4, cpus="0-1", memory="4G", round_s=1.0, samples=96, batch_size=4, step_s=0.04,
+    args = Namespace(jobs=4, gpus=4, cpus="0-1", memory="4G", round_s=1.0, samples=240, batch_size=4, step_s=0.04,
                      heavy_cpu_ms=10.0, light_cpu_ms=0.5, timeout_s=240.0, trace="static")
     run = physical.run("tune", args, tmp_path)
     outcomes, makespan = run.outcomes, run.makespan_s
