@@ -15,7 +15,8 @@ points below one CPU from the top, half a core (what it holds) and then a quarte
 job stays as fast. What lies above is left to the model. Its first point is measured just
 after the process started, while its neighbours start too; a quarter core measured
 `RECHECK_THRESHOLD` faster than half a core (a curve falling with more CPUs: noise, not a
-loader) has the half core measured once more, and the later measurement counts. Found on
+loader) has the half core measured once more, and the later measurement counts; the same
+holds between one CPU and half a core on a whole-CPU lease. Found on
 the physical run: a loading-heavy job measured 16 samples/s at half a core and 20 at a
 quarter, and TUNE then gave it a quarter core, below its share.
 
@@ -46,61 +47,82 @@ class SubCoreSearch:
         #: Points measured a second time (`RECHECK_THRESHOLD`), and the one asked for now.
         self._rechecked: set[float] = set()
         self._recheck: float | None = None
+        #: A whole-CPU point (one CPU) measured a second time: its later figure.
+        self._again: dict[float, float] = {}
 
     @property
     def max_cpus(self) -> int:
         return self.inner.max_cpus if self.inner is not None else 0
 
     def next_cpus(self) -> float | None:
-        if self.inner is None:  # a lease below one CPU: from its top point down
-            floor = (1.0 - self.tolerance) * max(self._below.values(), default=0.0)
-        else:
+        if self.inner is not None:
             nxt = self.inner.next_cpus()
             if nxt is not None:
                 return nxt
-            whole = dict(self.inner.points)
-            if 1 not in whole:
+            if 1 not in dict(self.inner.points):
                 return None
-            floor = (1.0 - self.tolerance) * max(whole.values())
-            if whole[1] < floor:
+        values = self._values()
+        self._recheck = None
+        nxt = self._next_below(values)
+        if nxt is None:
+            self._recheck = self._inverted(values)
+            nxt = self._recheck
+        return nxt
+
+    def _next_below(self, values: dict[float, float]) -> float | None:
+        """The next point below one CPU to measure, while the job keeps its best there."""
+        if self.inner is None:  # a lease below one CPU: from its top point down
+            floor = (1.0 - self.tolerance) * max(self._below.values(), default=0.0)
+        else:
+            floor = (1.0 - self.tolerance) * max(v for c, v in values.items() if c >= 1)
+            if values[1] < floor:
                 return None  # one CPU is already slower than the best: less will not do
         for cpus in SUB_CORE_POINTS:
             if cpus not in self._below:
                 return cpus
             if self._below[cpus] < floor:
-                break  # slower here: the points below would be slower still
-        self._recheck = self._inverted() if self.inner is None else None
-        return self._recheck
+                return None  # slower here: the points below would be slower still
+        return None
 
-    def _inverted(self) -> float | None:
-        """The higher of two neighbouring points below one CPU when the lower one measured
-        `RECHECK_THRESHOLD` faster and it was not measured twice yet (None: none)."""
-        for hi, lo in zip(SUB_CORE_POINTS, SUB_CORE_POINTS[1:]):
-            if hi in self._below and lo in self._below and hi not in self._rechecked and (
-                    self._below[lo] > (1.0 + RECHECK_THRESHOLD) * self._below[hi]):
+    def _inverted(self, values: dict[float, float]) -> float | None:
+        """The higher of two neighbouring points (one CPU, then the points below it) when the
+        lower one measured `RECHECK_THRESHOLD` faster and it was not measured twice yet."""
+        chain = [1, *SUB_CORE_POINTS] if self.inner is not None else list(SUB_CORE_POINTS)
+        for hi, lo in zip(chain, chain[1:]):
+            if hi in values and lo in values and hi not in self._rechecked and (
+                    values[lo] > (1.0 + RECHECK_THRESHOLD) * values[hi]):
                 return hi
         return None
 
+    def _values(self) -> dict[float, float]:
+        """CPUs -> samples/s of every point, a re-checked one at its later figure."""
+        inner = dict(self.inner.points) if self.inner is not None else {}
+        return {**inner, **self._again, **self._below}
+
     def record(self, cpus: float, samples_per_s: float) -> None:
+        if self._recheck is not None and cpus == self._recheck:
+            if not (isinstance(samples_per_s, (int, float)) and math.isfinite(samples_per_s) and samples_per_s >= 0):
+                raise ValueError(f"samples_per_s must be a finite number >= 0, got {samples_per_s!r}")
+            (self._again if cpus >= 1 else self._below)[cpus] = float(samples_per_s)
+            self._rechecked.add(cpus)
+            self._recheck = None
+            return
         if cpus >= 1:
             if self.inner is None:
                 raise ValueError(f"cpus {cpus!r}: this lease holds less than one CPU ({SUB_CORE_POINTS})")
             self.inner.record(int(cpus), samples_per_s)
             return
-        again = cpus == self._recheck
-        if cpus not in SUB_CORE_POINTS or (cpus in self._below and not again):
+        if cpus not in SUB_CORE_POINTS or cpus in self._below:
             raise ValueError(f"cpus {cpus!r}: not a point below one CPU still to measure ({SUB_CORE_POINTS})")
         if not (isinstance(samples_per_s, (int, float)) and math.isfinite(samples_per_s) and samples_per_s >= 0):
             raise ValueError(f"samples_per_s must be a finite number >= 0, got {samples_per_s!r}")
-        if again:
-            self._rechecked.add(cpus)
-            self._recheck = None
         self._below[cpus] = float(samples_per_s)
 
     @property
     def points(self) -> list[tuple[float, float]]:
-        """(cpus, samples/s) measured so far, by CPU count, the points below one CPU first."""
-        return sorted([*self._below.items(), *(self.inner.points if self.inner is not None else ())])
+        """(cpus, samples/s) measured so far, by CPU count, the points below one CPU first
+        (a re-checked point at its later figure)."""
+        return sorted(self._values().items())
 
     @property
     def probes(self) -> int:

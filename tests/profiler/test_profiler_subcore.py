@@ -114,3 +114,18 @@ def test_a_half_core_measured_slower_than_a_quarter_is_measured_once_more():
         search.record(c, answers[c].pop(0))
     assert search.points == [(0.25, 20.0), (0.5, 15.0)]
     assert [c for c, _ in run(SubCoreSearch(None), light)] == [0.25, 0.5]
+
+
+def test_one_cpu_measured_slower_than_half_a_core_is_measured_once_more():
+    """The dynamic physical run: a heavy job on a one-CPU lease measured 30 samples/s at one
+    CPU (first, just after start-up) and 44.5 at half a core, and got half a core."""
+    search = SubCoreSearch(OptimisticSearch(1))
+    answers = {1: [30.0, 60.0], 0.5: [44.5], 0.25: [23.0]}
+    seen = []
+    while (c := search.next_cpus()) is not None:
+        seen.append(c)
+        search.record(c, answers[c].pop(0))
+    assert seen == [1, 0.5, 0.25, 1] and search.points == [(0.25, 23.0), (0.5, 44.5), (1, 60.0)]
+    entry = complete_profile(search.points, gpus=1, dataset_bytes=10**6, sample_bytes=1e3,
+                             storage_bytes_per_s=1e15, process_mem_gb=0.5, max_mem_gb=4.0, model="h", task="image")
+    assert SensitivityProfile.from_dict("h", entry).best_case()[0] == 1.0
