@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
+from synergy.scheduler.model import Allocation, Cluster, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
 
 
@@ -93,7 +93,3 @@ def _held(allocs) -> dict[str, Resources]:
             out[sid] = out.get(sid, Resources()) + r
     return out
 
-
-def profiled_jobs(jobs: list[Job]) -> frozenset[int]:
-    """Every training job (the default of `synergy-sim`-style replays: all are profiled)."""
-    return frozenset(j.id for j in jobs if j.kind != JobKind.CPU_ONLY)
