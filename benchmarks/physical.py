@@ -1,5 +1,5 @@
-"""Physical runs (issue 14, first form): the same static trace on a local cluster under each
-mechanism, real synergyd + a real synergy-agent, Table 5's first row (FIFO, makespan).
+"""Physical runs (issue 14): the same trace on a local cluster under each mechanism, real
+synergyd + a real synergy-agent, Table 5's two rows, and the simulator's prediction beside it.
 
 What is real: synergyd (its rounds, leases, live profiling), the agent (cgroup cpusets and
 CFS quotas on this machine's cores), PyTorch jobs with DataLoaders (benchmarks/
@@ -11,28 +11,43 @@ With four GPUs on two cores the GPU-proportional share is half a core per GPU: t
 jobs run at about half speed under `proportional`; TUNE can give the light jobs a quarter
 core (profiled below one CPU on a `sub_core` lease) and the heavy ones the rest.
 
+Two traces (Table 5's rows): `--trace static` (every job submitted at once, FIFO, makespan)
+and `--trace dynamic` (one job every `--gap-s` seconds, SRTF with each job's iterations
+given, average and p99 JCT).
+
 Under `proportional` jobs are submitted with `profiler: none` (a proportional scheduler
-needs no profile); under TUNE with `profiler: synergy` (live profiling, its cost included).
+needs no profile); under TUNE with `profiler: synergy` (live profiling, its cost included:
+half-core leases, run on without a restart, the profile store, online refinement).
 Printed per mechanism: makespan, average and p99 JCT, failed jobs with their reasons,
 profiling's share of GPU-time, the JCT jobs lose to their own profiling, and how many jobs
-were preempted "before it started" (what a profiling lease took from placed jobs, issue 14;
-must be 0). Then the ratios proportional / TUNE.
+were preempted "before it started" (what a profiling lease took from placed jobs; must be 0).
+Then the ratios proportional / TUNE.
 
-    .venv/bin/python benchmarks/physical.py                  # 8 jobs, a few minutes
-    .venv/bin/python benchmarks/physical.py --jobs 4 --samples 96   # the short form
+`--simulate` then replays the same trace in the simulator (the same scheduling core):
+the jobs' arrivals and lengths, the profiles the live TUNE run measured (read from its
+daemon's database after the run), the node's allocatable resources and the round length;
+TUNE's run replays the profiling phase with the daemon's own lease rule
+(simulator/profiling.py) for the mean time the live leases measured. Process start-up
+(launch to registration, measured per run from the daemon's log) is not simulated: it is
+added to each simulated JCT. Printed: physical vs simulated per metric.
 
-Not yet: the dynamic trace (SRTF, avg / p99 JCT) and the simulated replay of the same trace
-with the profiles the live run measured. Needs root and cgroup v1 (the agent's cpusets).
-Run it on a quiet machine: other load on the two cores is load on the "cluster".
+    .venv/bin/python benchmarks/physical.py --simulate           # 8 jobs, static, ~5 min
+    .venv/bin/python benchmarks/physical.py --trace dynamic --simulate
+    .venv/bin/python benchmarks/physical.py --jobs 4 --samples 480 --simulate   # the short form
+
+Needs root and cgroup v1 (the agent's cpusets). Run it on a quiet machine: other load on the
+two cores is load on the "cluster", and it makes the CPU measurements of profiling noise.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +55,12 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "agent")]
 
 from agent_harness import AgentProcess  # noqa: E402
 from synergyd_harness import DaemonProcess, wait_for  # noqa: E402
+from synergy.scheduler.daemon.store import open_store  # noqa: E402
+from synergy.scheduler.model import Cluster, Job, Resources, Server  # noqa: E402
+from synergy.scheduler.profiles.format import SensitivityProfile  # noqa: E402
+from synergy.scheduler.registry import build_scheduler  # noqa: E402
+from synergy.scheduler.simulator.engine import EngineConfig, Simulation  # noqa: E402
+from synergy.scheduler.simulator.profiling import ProfilingReplay  # noqa: E402
 from synergy.v1 import admin_pb2, common_pb2  # noqa: E402
 
 JOB = ROOT / "benchmarks" / "physical_job.py"
@@ -54,6 +75,21 @@ class JobOutcome:
     jct_s: float
     profiling_s: float  # placed under its profiling lease
     before_started: int  # preemptions "before it started"
+    submitted_s: float = 0.0
+    profile_source: str = ""
+
+
+@dataclass
+class Run:
+    """One mechanism's physical run."""
+
+    outcomes: list[JobOutcome]
+    makespan_s: float
+    state_dir: Path
+    #: Mean seconds from a task's launch to its process registering (Python and PyTorch start-up).
+    startup_s: float = 0.0
+    #: Job name -> steps it trains.
+    steps: dict[str, int] = field(default_factory=dict)
 
 
 def state_name(value: int) -> str:
@@ -73,12 +109,29 @@ def outcome(info: admin_pb2.JobInfo) -> JobOutcome:
     return JobOutcome(
         info.name, state_name(info.state), hist[-1].reason if hist else "",
         info.finished_at_unix_s - info.submitted_at_unix_s, profiling_s,
-        sum("before it started" in t.reason for t in hist),
+        sum("before it started" in t.reason for t in hist), info.submitted_at_unix_s, info.profile_source,
     )
 
 
-def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> tuple[list[JobOutcome], float]:
-    d = DaemonProcess(tmp / f"state-{mechanism}", "--mechanism", mechanism, "--policy", "fifo",
+def startup_s(log: Path) -> float:
+    """Mean seconds from a task's first launch to its process registering, from the daemon's log."""
+    launched: dict[int, float] = {}
+    took: list[float] = []
+    for line in log.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        e = json.loads(line)
+        if e.get("event") == "node.launch":
+            launched.setdefault(e["job"], e["ts"])
+        elif e.get("event") == "job.process_registered" and e["job"] in launched:
+            took.append(e["ts"] - launched.pop(e["job"]))
+    return statistics.mean(took) if took else 0.0
+
+
+def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> Run:
+    policy = "srtf" if getattr(args, "trace", "static") == "dynamic" else "fifo"
+    state_dir = tmp / f"state-{mechanism}"
+    d = DaemonProcess(state_dir, "--mechanism", mechanism, "--policy", policy,
                       "--launch-timeout-s", "120", round_s=args.round_s).start()
     agent = AgentProcess(d, tmp / f"work-{mechanism}", "n0", "--cpus", args.cpus, "--memory", args.memory,
                          fake_gpus=args.gpus)
@@ -86,22 +139,26 @@ def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> tuple[list[JobOu
     try:
         agent.start()
         profiler = "none" if mechanism == "proportional" else "synergy"
-        ids = []
+        ids, steps = [], {}
         for k in range(args.jobs):
             heavy = k % 2 == 0
             cpu_ms = args.heavy_cpu_ms if heavy else args.light_cpu_ms
             name = f"{'heavy' if heavy else 'light'}{k}"
+            samples = args.samples * (1 + k % 3) if policy == "srtf" else args.samples  # SRTF: lengths differ
+            steps[name] = -(-samples // args.batch_size)
             ids.append(admin.submit(name, gpus=1, command=(
-                sys.executable, "-u", str(JOB), "--samples", str(args.samples), "--cpu-ms", str(cpu_ms),
+                sys.executable, "-u", str(JOB), "--samples", str(samples), "--cpu-ms", str(cpu_ms),
                 "--step-s", str(args.step_s), "--batch-size", str(args.batch_size)),
                 working_dir=str(tmp), checkpoint_dir=str(tmp / f"ckpt-{mechanism}-{k}"),
-                profiler=profiler).id)
+                profiler=profiler, iterations=steps[name]).id)
+            if policy == "srtf" and k + 1 < args.jobs:
+                time.sleep(args.gap_s)
         wait_for(lambda: all(admin.state(j) in TERMINAL for j in ids), timeout=args.timeout_s, interval=1.0,
                  what=f"every job to end under {mechanism}")
         outcomes = [outcome(admin.describe(j)) for j in ids]
         makespan = max(admin.describe(j).finished_at_unix_s for j in ids) - min(
             admin.describe(j).submitted_at_unix_s for j in ids)
-        return outcomes, makespan
+        return Run(outcomes, makespan, state_dir, steps=steps)
     finally:
         admin.close()
         agent.stop()
@@ -113,15 +170,79 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
 
 
+def measured_profiles(tune: Run) -> dict[str, SensitivityProfile]:
+    """Job name -> the profile the live TUNE run scheduled it with, from its daemon's database
+    (read after the daemon stopped). A job answered by the profile store ("stored:N") takes
+    job N's; one with none (it finished under its lease) takes its kind's (heavy or light)."""
+    store = open_store(tune.state_dir)
+    try:
+        records = store.jobs()
+    finally:
+        store.close()
+    by_id = {j.id: j for j in records}
+    out: dict[str, SensitivityProfile] = {}
+    for j in records:
+        doc = j.reported_profile
+        if doc is None and j.profile_source.startswith("stored:"):
+            doc = by_id[int(j.profile_source.split(":")[1].split()[0])].reported_profile
+        if doc is not None:
+            out[j.name] = SensitivityProfile.from_dict(j.name, doc)
+    for j in records:
+        if j.name not in out:
+            kin = next((p for n, p in out.items() if n.rstrip("0123456789") == j.name.rstrip("0123456789")), None)
+            if kin is not None:
+                out[j.name] = kin
+    return out
+
+
+def node_resources(run: Run) -> Resources:
+    store = open_store(run.state_dir)
+    try:
+        (node,) = store.nodes()
+        return node.allocatable
+    finally:
+        store.close()
+
+
+def simulate(mechanism: str, physical: Run, profiles: dict[str, SensitivityProfile], profile_s: float,
+             args: argparse.Namespace) -> tuple[float, list[float]]:
+    """The simulator's makespan and JCTs for `physical`'s trace under `mechanism`, with the
+    measured start-up added to each JCT (module docstring)."""
+    policy = "srtf" if args.trace == "dynamic" else "fifo"
+    t0 = min(o.submitted_s for o in physical.outcomes)
+    jobs = [Job(k, o.name, 1, o.submitted_s - t0, float(physical.steps[o.name]), profiles[o.name])
+            for k, o in enumerate(physical.outcomes)]
+    replay = None
+    if mechanism != "proportional":  # jobs profiled live in the physical run profile here too
+        replay = ProfilingReplay(frozenset(k for k, o in enumerate(physical.outcomes) if o.profiling_s > 0),
+                                 max(0.0, profile_s))
+    cluster = Cluster((Server("n0", node_resources(physical)),))
+    sim = Simulation(build_scheduler(policy, mechanism), cluster, jobs,
+                     EngineConfig(round_s=args.round_s, profiling=replay))
+    result = sim.run()
+    jcts = [r.jct_s + physical.startup_s for r in result.records.values() if r.jct_s is not None]
+    makespan = max(r.completion_s for r in result.records.values() if r.completion_s is not None)
+    return makespan + physical.startup_s, jcts
+
+
+def summary(makespan: float, jcts: list[float]) -> tuple[float, float, float]:
+    return makespan, statistics.mean(jcts) if jcts else float("nan"), p99(jcts) if jcts else float("nan")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mechanisms", default="proportional,tune")
-    p.add_argument("--jobs", type=int, default=8, help="jobs in the static trace, half heavy, half light")
+    p.add_argument("--trace", choices=("static", "dynamic"), default="static",
+                   help="static: all at once, FIFO, makespan; dynamic: one every --gap-s, SRTF, JCT")
+    p.add_argument("--gap-s", type=float, default=5.0, help="seconds between arrivals of the dynamic trace")
+    p.add_argument("--simulate", action="store_true", help="replay the trace in the simulator and compare")
+    p.add_argument("--jobs", type=int, default=8, help="jobs in the trace, half heavy, half light")
     p.add_argument("--gpus", type=int, default=4, help="fake GPUs on the agent")
     p.add_argument("--cpus", default="0-1", help="the agent's --cpus slice")
     p.add_argument("--memory", default="4G")
     p.add_argument("--round-s", type=float, default=2.0)
-    p.add_argument("--samples", type=int, default=1200, help="samples per job (one epoch)")
+    p.add_argument("--samples", type=int, default=1200,
+                   help="samples per job (one epoch); the dynamic trace's jobs take 1, 2 or 3 times it")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--step-s", type=float, default=0.04, help="device time per step")
     p.add_argument("--heavy-cpu-ms", type=float, default=10.0, help="loader CPU per sample, heavy jobs")
@@ -130,28 +251,49 @@ def main() -> int:
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="physical-"))
     gpu_s = args.gpus
-    results = {}
+    results: dict[str, Run] = {}
     for mech in args.mechanisms.split(","):
-        outcomes, makespan = run(mech, args, tmp)
-        results[mech] = (outcomes, makespan)
+        r = results[mech] = run(mech, args, tmp)
+        r.startup_s = startup_s(tmp / f"state-{mech}.log")
+        outcomes, makespan = r.outcomes, r.makespan_s
         jcts = [o.jct_s for o in outcomes if o.state == "succeeded"]
         failed = [o for o in outcomes if o.state != "succeeded"]
         prof = sum(o.profiling_s for o in outcomes)
         print(f"{mech}: makespan {makespan:.1f} s, avg JCT {statistics.mean(jcts) if jcts else float('nan'):.1f} s, "
               f"p99 JCT {p99(jcts) if jcts else float('nan'):.1f} s, {len(failed)} failed, "
               f"profiling {100 * prof / (makespan * gpu_s):.1f}% of GPU-time "
-              f"({prof / max(1, len(outcomes)):.1f} s per job), "
-              f"preempted before they started: {sum(o.before_started for o in outcomes)}")
+              f"({prof / max(1, len(outcomes)):.1f} s per job, process start-up included), "
+              f"preempted before they started: {sum(o.before_started for o in outcomes)}, "
+              f"process start-up {r.startup_s:.1f} s a launch")
         for o in failed:
             print(f"  FAILED {o.name}: {o.state}: {o.reason}")
         for o in outcomes:
-            print(f"  {o.name:<8} {o.state:<10} JCT {o.jct_s:7.1f} s  profiling {o.profiling_s:5.1f} s")
+            print(f"  {o.name:<8} {o.state:<10} JCT {o.jct_s:7.1f} s  profiling {o.profiling_s:5.1f} s  "
+                  f"profile {o.profile_source}")
     if "proportional" in results and "tune" in results:
-        (po, pm), (to, tm) = results["proportional"], results["tune"]
-        pj = statistics.mean(o.jct_s for o in po)
-        tj = statistics.mean(o.jct_s for o in to)
-        print(f"proportional / tune: makespan {pm / tm:.2f}x, avg JCT {pj / tj:.2f}x "
-              f"(Table 5, physical: makespan 1.4x on the static trace)")
+        po, to = results["proportional"], results["tune"]
+        (pm, pj, pp), (tm, tj, tp) = (summary(x.makespan_s, [o.jct_s for o in x.outcomes]) for x in (po, to))
+        print(f"proportional / tune: makespan {pm / tm:.2f}x, avg JCT {pj / tj:.2f}x, p99 JCT {pp / tp:.2f}x "
+              f"(Table 5, physical: makespan 1.4x on the static trace; avg JCT 1.5x, p99 2x on the dynamic one)")
+    if args.simulate and "tune" in results:
+        tune = results["tune"]
+        profiles = measured_profiles(tune)
+        leased = [o.profiling_s for o in tune.outcomes if o.profiling_s > 0]
+        profile_s = (statistics.mean(leased) - tune.startup_s) if leased else 0.0
+        missing = sorted({o.name for r in results.values() for o in r.outcomes} - set(profiles))
+        if missing:
+            print(f"simulated replay: not possible, no measured profile for {', '.join(missing)} "
+                  "(it finished under its lease: give the jobs more --samples)")
+            print(f"(work dir: {tmp})")
+            return 0
+        print(f"simulated replay: the live TUNE run's profiles, leases of {profile_s:.1f} s (measured, start-up "
+              f"excluded), start-up added to each JCT")
+        print(f"  {'':<13} {'metric':<9} {'physical':>9} {'simulated':>10} {'sim/phys':>9}")
+        for mech, physical in results.items():
+            sim = summary(*simulate(mech, physical, profiles, profile_s, args))
+            phys = summary(physical.makespan_s, [o.jct_s for o in physical.outcomes])
+            for name, a, b in zip(("makespan", "avg JCT", "p99 JCT"), phys, sim):
+                print(f"  {mech:<13} {name:<9} {a:8.1f}s {b:9.1f}s {b / a:8.2f}x")
     print(f"(work dir: {tmp})")
     return 0
 

@@ -41,6 +41,7 @@ from synergy.iterator.lease import LeaseKeeper
 from synergy.iterator.outcome import exception_line, exit_failure
 from synergy.iterator.position import ElasticSampler, IndexCursor, Position, rng_states, set_rng_states
 from synergy.profiler import live as live_profiler
+from synergy.profiler.refine import Refiner, optimistic_points
 
 #: Exit code of a checkpointed stop ("restart me later"; docs/daemon.md).
 EXIT_PREEMPTED = 75
@@ -95,6 +96,9 @@ class SynergyIterator:
         self.position.world_size = env.world_size
         self.batch_size = int(getattr(loader, "batch_size", None) or 1)
         self.cursor = self._install_cursor(loader)
+        #: The script's DataLoader workers: restored when profiling ends, since the job runs on
+        #: in this process (no relaunch) and its points may have left it with fewer.
+        self._script_workers = getattr(loader, "num_workers", None)
         self.sampler = self._sampler(loader)
         self.dali = DaliState.of(loader)
         self._iterations = 0          # wrap iterations in this process (the script's epochs)
@@ -107,6 +111,8 @@ class SynergyIterator:
         #: The profiling driver (None: no profiling lease, or not known yet); `_profiling`
         #: stays True until the lease's registration said which.
         self.profiler: live_profiler.LiveProfiler | None = None
+        #: After profiling (rank 0): measures each new allocation in force (profiler/refine.py).
+        self.refiner: Refiner | None = None
         self._profiling = True
         if env.checkpoint_dir:
             self.writer = BackgroundWriter(self._written)
@@ -237,6 +243,8 @@ class SynergyIterator:
         while True:
             if self._profiling:
                 it = self._profile_step(it)
+            elif self.refiner is not None:
+                self._refine_step()
             # Checked before the next batch is fetched, so a checkpoint never counts a batch the
             # loader handed out but the script did not get (a DALI checkpoint would skip it).
             if lease.stop_at and lease.step >= lease.stop_at:
@@ -276,8 +284,15 @@ class SynergyIterator:
         if p.done:
             self._profiling = False
             lease.want_cpus = 0
-            lease.profile_job = self._profile_job(p)
+            lease.profile_job = self._profile_job(p.result(), p.terms)
             _say("profiling done: " + ", ".join(f"{c} CPUs {s:.1f} samples/s" for c, s in p.result()))
+            assert self.env is not None
+            if self.env.rank == 0:  # one rank refines (and reports) for the job
+                points, guess = optimistic_points(p.result())
+                self.refiner = Refiner(points, self.batch_size * self.position.world_size, guess)
+            if (self.cursor is not None and self._script_workers is not None
+                    and getattr(self.loader, "num_workers", None) != self._script_workers):
+                it = self._switch_workers(it, self._script_workers)
         return it
 
     def _switch_workers(self, it: Iterator[Any], workers: int) -> Iterator[Any]:
@@ -304,18 +319,35 @@ class SynergyIterator:
         # (at an epoch's start nothing was consumed: the new iterator simply draws the epoch)
         return iter(loader)
 
-    def _profile_job(self, p: live_profiler.LiveProfiler) -> Any:
-        """What the lease thread runs to complete the profile: (model name, profile document)."""
+    def _refine_step(self) -> None:
+        """Once per iteration after profiling: a new point measured at the allocation in force
+        is reported with the rest (profiler/refine.py)."""
+        assert self.lease is not None and self.refiner is not None
+        r = self.refiner
+        if r.on_batch(time.monotonic(), self.lease.in_force[0]):
+            _say("profile refined: " + ", ".join(f"{c:g} CPUs {s:.1f} samples/s" for c, s in r.points))
+            assert self.profiler is not None
+            self.lease.profile_job = self._profile_job(r.points, self.profiler.terms)
+        if r.done:
+            self.refiner = None
+
+    def _profile_job(self, measured: list[tuple[float, float]], terms: Any) -> Any:
+        """What the lease thread runs to complete the profile: (model name, profile document).
+        Above the top point, if the job still climbs there, one optimistic row
+        (profiler/refine.py), which the refiner corrects once a round gives it that much."""
         assert self.env is not None
         files = live_profiler.dataset_files(getattr(self.loader, "dataset", None))
         rss = live_profiler.process_rss_gb()
-        points, terms = p.result(), p.terms
+        points, guess = optimistic_points(measured)
         model = self.env.job_name or f"job-{self.env.job_id}"
         batch = self.batch_size * self.position.world_size
 
         def job() -> tuple[str, dict[str, Any]]:
-            return model, live_profiler.build_profile(points, terms, model=model, files=files,
-                                                      batch_size=batch, process_mem_gb=rss)
+            doc = live_profiler.build_profile(points, terms, model=model, files=files,
+                                              batch_size=batch, process_mem_gb=rss)
+            if guess is not None:
+                doc["source"] += f"; {guess:g} CPUs extrapolated (still climbing at the top), refined online"
+            return model, doc
         return job
 
     # -- stop, checkpoint, completion --------------------------------------------------------------

@@ -78,7 +78,10 @@ class Phase(str, enum.Enum):
 
 
 def make_search(terms: ProfilingTerms) -> Any:
-    """The search a lease asks for: `CodaSearch` for "coda", else Synergy's optimistic one."""
+    """The search a lease asks for: `CodaSearch` for "coda", else Synergy's optimistic one;
+    on a lease below one CPU (`max_cpus` 0) only the points below one CPU."""
+    if terms.max_cpus < 1:
+        return SubCoreSearch(None)
     search: Any = CodaSearch(terms.max_cpus, terms.task or "image") if terms.search == "coda" \
         else OptimisticSearch(terms.max_cpus)
     return SubCoreSearch(search) if terms.sub_core else search

@@ -79,3 +79,40 @@ def test_leases_leave_room_for_jobs_already_queued():
     assert sorted(leases) == [1]  # 2 CPUs - 2 x 0.5 queued = 1 CPU: one lease
     assert leases[1].cpus == 1 and leases[1].mem_gb == 4.0
     assert place_leases([ProfilingAsk(1, 1)], c, {}, queued=[share] * 4) == {}  # every GPU is spoken for
+
+
+def test_four_arrivals_on_four_gpus_and_two_cores_profile_at_once_at_half_a_core():
+    """Issue 14: whole-CPU leases profiled two and kept two waiting, slower than their share
+    because of someone else's profiling. Where the share is below a CPU a lease may hold
+    half a core; where a whole CPU fits it still gets one."""
+    c = Cluster((Server("n0", Resources(4, 2, 8)),))
+    asks = [ProfilingAsk(i, 1) for i in range(4)]
+    leases = place_leases(asks, c, {}, sub_core=True)
+    assert sorted(leases) == [0, 1, 2, 3] and all(p.cpus == 0.5 for p in leases.values())
+    assert sorted(place_leases(asks, c, {}, sub_core=False)) == [0, 1]
+    two = place_leases(asks[:2], c, {}, sub_core=True)
+    assert [p.cpus for p in two.values()] == [1.0, 1.0]
+    assert place_leases(asks[:1], c, {"n0": Resources(3, 1.75, 0)}, sub_core=True) == {}  # a quarter is too little
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 8), st.integers(1, 8), st.integers(1, 16)), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 8), st.sampled_from([0, 0.25, 0.5, 1, 1.5, 3]), st.integers(0, 8)), max_size=3),
+    st.lists(st.integers(1, 2), max_size=8),
+)
+def test_sub_core_leases_never_overcommit_and_hold_a_point_the_job_can_measure(caps, helds, asks):
+    c = Cluster(tuple(Server(f"n{i}", Resources(*cap)) for i, cap in enumerate(caps)))
+    held = {f"n{i}": Resources(*(min(h, cap) for h, cap in zip(hh, caps[i]))) for i, hh in enumerate(helds)
+            if i < len(caps)}
+    leases = place_leases([ProfilingAsk(i, g) for i, g in enumerate(asks)], c, held, sub_core=True)
+    for s in c.servers:
+        total = held.get(s.id, Resources())
+        for p in leases.values():
+            if p.server_id == s.id:
+                total = total + p.resources
+                assert p.cpus == 0.5 or (1 <= p.cpus <= MAX_PROFILE_CPUS and p.cpus == int(p.cpus))
+        assert total.fits_in(s.capacity), (s, total)
+    # A whole-CPU pass never places more, and every whole-CPU lease is still placed.
+    whole = place_leases([ProfilingAsk(i, g) for i, g in enumerate(asks)], c, held)
+    assert len(leases) >= len(whole)

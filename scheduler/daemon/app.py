@@ -78,6 +78,8 @@ class Logic:
         ctx = self.ctx
         with ctx.lock:
             now = ctx.clock.now()
+            for job in ctx.store.jobs():  # the profile store lives in the job records
+                ctx.profiles.learn(job)
             changes = []
             for job in ctx.store.active_jobs():
                 new = job

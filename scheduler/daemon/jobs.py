@@ -183,6 +183,19 @@ class JobBook:
         )
         return new
 
+    def run_on(self, job: JobRecord) -> JobRecord:
+        """PROFILING under a lease -> RUNNING on the same placement and attempt: profiled, the
+        job keeps training in its process; the next round sets its allocation."""
+        event(self.ctx.log, "job.profiled", job=job.id, reason="runs on where it was profiled")
+        return job.to(
+            JobState.RUNNING,
+            f"profiled on {fmt_placements(job.placements)}: runs on without a restart; "
+            "the next round sets its allocation",
+            self.ctx.clock.now(),
+            profile_max_cpus=0.0,
+            profile_sub_core=False,
+        )
+
     def request_stop(
         self,
         job: JobRecord,
@@ -296,7 +309,7 @@ class JobBook:
             why = f"rank {rank} on node {node_id} could not be launched ({message})"
             if others_running:  # the other ranks stop first; their exits requeue the job
                 return self.request_stop(job, why)
-            return self.preempt(job, f"{why}; requeued")
+            return self.preempt(job, f"{why}; requeued", lost=False)  # it never ran: nothing lost
         detail = f": {message}" if message else ""
         # The agent says OOM as a flag: the reason never depends on the wording of its message.
         how = "was killed by its memory limit (OOM)" if oom_killed else f"exited with code {code}"

@@ -160,6 +160,9 @@ class LeaseBook:
                     allowed = " or ".join(map(str, SUB_CORE_POINTS)) if job.profile_sub_core else "none"
                     raise InvalidArgument("profile_sub_cpus", f"points below one CPU on this lease: {allowed}; "
                                           f"got {profile_cpus:g}")
+            elif top < 1:
+                raise InvalidArgument("profile_cpus", f"this profiling lease holds {job.profile_max_cpus:g} CPU: "
+                                      f"ask for points below one CPU (profile_sub_cpus), got {profile_cpus:g}")
             elif profile_cpus != int(profile_cpus) or not 1 <= profile_cpus <= top:
                 raise InvalidArgument("profile_cpus", f"must be from 1 to {top} (the profiling lease's CPUs), "
                                       f"got {profile_cpus:g}")
@@ -191,23 +194,33 @@ class LeaseBook:
         return Renewal(LeaseAction.STOP, job, expires, job.stop_at_step, job.stop_reason, self.in_force(job, rank))
 
     def report_profile(self, caller: int, job_id: int, profile: Mapping[str, Any]) -> str:
-        """Store a reported profile. Under a profiling lease it is "profiled" and ends the
-        profiling: the job is asked to stop (checkpoint, exit 75) and then queues with it."""
+        """Store a reported profile (a later one replaces it: a job refines its profile online
+        at each new allocation, and the next round uses it). Under a profiling lease it is "profiled" and ends the
+        profiling without a restart: the job runs on, RUNNING where it was profiled, and the
+        next round sets its allocation like any running job's (a RESIZE in place, or a move
+        that buys something). A restart (checkpoint, exit 75, a new process) cost each job
+        seconds of start-up on the physical run (issue 14). A lease already being stopped
+        (its node drains, a cancel) ends as before: the job queues with its profile."""
         ctx = self.ctx
         with ctx.lock:
             job = self._own(caller, job_id)
             if job.state.terminal:
                 raise FailedPrecondition(f"job_id: job {job_id} already ended ({job.state.value})")
-            profiled = job.state == JobState.PROFILING
+            # A profile measured under the lease and refined afterwards (profiler/refine.py:
+            # the job measured a new allocation in force) stays "profiled".
+            profiled = job.state == JobState.PROFILING or job.profiled
             new = replace(job, reported_profile=dict(profile), profiled=profiled)
             new = replace(new, profile_source=ctx.profiles.source(new))
-            if new.profiling_lease:
+            if new.profiling_lease and not new.stopping:
+                new = self.jobs.run_on(new)
+            elif new.profiling_lease:
                 new = self.jobs.request_stop(new, "profiled: the profiling lease ends")
             elif profiled:  # not placed (e.g. requeued into profiling meanwhile): queue it now
                 new = new.to(JobState.QUEUED, "profile: profiled; waiting for the next round", ctx.clock.now())
             ctx.save_jobs([(job, new)])
             ctx.profiles.forget(job.id)
-            event(ctx.log, "job.profile_reported", job=job.id, source=new.profile_source)
+            stored = ctx.profiles.learn(new)  # later jobs of the same workload reuse it
+            event(ctx.log, "job.profile_reported", job=job.id, source=new.profile_source, stored=stored)
             return new.profile_source
 
     def report_checkpoint(self, caller: int, job_id: int, attempt: int, step: int, path: str, error: str = "") -> int:

@@ -2,15 +2,17 @@
 
 Order of precedence: the profile the iterator measured under a profiling lease ("profiled")
 or otherwise reported (measured on this job) > a profile
-submitted with the job > the zoo entry for the job's model > a representative zoo model
+submitted with the job > a profile measured live on an earlier job of the same workload
+(the profile store, profile_store.py: "stored:N"; not for `profiler: none`) > the zoo entry
+for the job's model > a representative zoo model
 for the job's task class > a "proportional" profile that asks for exactly the
 GPU-proportional share (or the user's CPU / memory hints), which is what a scheduler
 without sensitivity information would give.
 
 Which jobs are profiled live (`needs_profiling`): a training job whose spec says
 `profiler: synergy|coda`, or `auto` (the default) with no known profile (no spec profile, its
-model not in the zoo / --profiles) and a checkpoint dir to resume from after; never `profiler: none`, CPU-only jobs, or a job whose
-profile was already reported.
+model not in the zoo / --profiles) and a checkpoint dir to resume from after; never `profiler: none`, CPU-only jobs, a job whose
+profile was already reported, or one the profile store answers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from synergy.scheduler.daemon.profile_store import ProfileStore, StoredProfile
 from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.jobspec.spec import PROFILER_AUTO, PROFILER_CODA, PROFILER_NONE, PROFILER_SYNERGY
 from synergy.scheduler.model import Cluster
@@ -38,6 +41,8 @@ def load_zoo(path: Path | None) -> dict[str, SensitivityProfile]:
 class ProfileBook:
     def __init__(self, zoo: Mapping[str, SensitivityProfile]) -> None:
         self.zoo = dict(zoo)
+        #: Live-measured profiles by workload (rebuilt from the job records at start: `learn`).
+        self.store = ProfileStore()
         self._parsed: dict[tuple[int, str], SensitivityProfile] = {}
         #: Proportional profiles depend only on the knee (and names): shared between jobs.
         self._proportional: dict[tuple[float, float, str, str], SensitivityProfile] = {}
@@ -48,6 +53,9 @@ class ProfileBook:
             return "profiled" if job.profiled else "reported"
         if job.spec.profile is not None:
             return "spec"
+        stored = self.stored(job)
+        if stored is not None:
+            return stored.source
         if job.spec.model in self.zoo:
             return f"zoo:{job.spec.model}"
         stand_in = TASK_STAND_INS.get(job.spec.task)
@@ -60,6 +68,8 @@ class ProfileBook:
         spec = job.spec
         if spec.cpu_only or spec.profiler == PROFILER_NONE or job.reported_profile is not None:
             return False
+        if self.stored(job) is not None:
+            return False
         if spec.profiler in (PROFILER_SYNERGY, PROFILER_CODA):
             return True
         # `auto` profiles only a job that can stop and resume afterwards (a checkpoint dir);
@@ -70,7 +80,8 @@ class ProfileBook:
         """For describe: why an `auto` job with no known profile was not profiled live ('' if n/a)."""
         spec = job.spec
         if (spec.cpu_only or spec.profiler not in ("", PROFILER_AUTO) or spec.profile is not None
-                or spec.model in self.zoo or spec.checkpoint_dir or job.reported_profile is not None):
+                or spec.model in self.zoo or spec.checkpoint_dir or job.reported_profile is not None
+                or self.stored(job) is not None):
             return ""
         return "not profiled live: no checkpoint_dir to stop and resume from after profiling"
 
@@ -80,6 +91,10 @@ class ProfileBook:
             return self._parse(job, "reported", job.reported_profile)
         if src == "spec":
             return self._parse(job, "spec", job.spec.profile)
+        if src.startswith("stored:"):
+            stored = self.stored(job)
+            assert stored is not None
+            return self._parse_as(stored.job_id, "reported", job.spec.model or job.name, stored.doc)
         if src.startswith("zoo:"):
             return self.zoo[src[4:].split(" ")[0]]
         knee = _knee(job, cluster)
@@ -90,16 +105,31 @@ class ProfileBook:
             hit = self._proportional[knee] = proportional_profile(job, cluster)
         return hit
 
+    def stored(self, job: JobRecord) -> StoredProfile | None:
+        """The profile store's answer for `job` (None: none, or `profiler: none`, which keeps
+        the stand-in or the proportional share as it says)."""
+        if job.spec.profiler == PROFILER_NONE:
+            return None
+        return self.store.lookup(job.spec, excluding=job.id)
+
+    def learn(self, job: JobRecord) -> bool:
+        """Keep `job`'s profile in the store if it was measured live under its lease."""
+        return self.store.learn(job.id, job.spec, job.profiled, job.reported_profile)
+
     def forget(self, job_id: int) -> None:
         for key in [k for k in self._parsed if k[0] == job_id]:
             del self._parsed[key]
 
     def _parse(self, job: JobRecord, kind: str, doc: Mapping[str, Any] | None) -> SensitivityProfile:
-        key = (job.id, kind)
+        return self._parse_as(job.id, kind, job.spec.model or job.name, doc)
+
+    def _parse_as(self, job_id: int, kind: str, name: str, doc: Mapping[str, Any] | None) -> SensitivityProfile:
+        """The profile `doc` of job `job_id`, parsed once (a stored one is shared by its reusers)."""
+        key = (job_id, kind)
         hit = self._parsed.get(key)
         if hit is None:
             assert doc is not None
-            hit = SensitivityProfile.from_dict(job.spec.model or job.name, doc)
+            hit = SensitivityProfile.from_dict(name, doc)
             self._parsed[key] = hit
         return hit
 

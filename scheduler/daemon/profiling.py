@@ -15,8 +15,11 @@ while the iterator measures its throughput at the CPU counts its search chooses.
 * each point is asked for on a renewal (`LeaseBook.renew`, `profile_cpus`): the placement's
   CPUs change, the reconciler RESIZEs the task's cpuset, and the reply's `in_force` says when
   the agent has applied it;
-* `ReportProfile` ends it (`LeaseBook.report_profile`): the profile is stored as "profiled" and
-  the job stops through the ordinary lease path, then queues with its best-case demand.
+* `ReportProfile` ends it (`LeaseBook.report_profile`): the profile is stored as "profiled"
+  (and kept in the profile store for later jobs of the same workload) and the job runs on,
+  RUNNING on the same placement, without a restart; the next round sets its allocation;
+* a waiting job whose workload was profiled meanwhile (the profile store) queues with that
+  profile instead of taking a lease.
 
 Rounds do not see profiling jobs as jobs; `held_by_profiling` takes their shares out of the
 nodes the core is given, so the core never hands those CPUs to someone else; and a lease
@@ -40,12 +43,17 @@ from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, su
 
 
 def held_by_profiling(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
-    """Node id -> resources held by profiling leases among `jobs`."""
+    """Node id -> resources held by profiling leases among `jobs`: each lease's whole room
+    (`profile_max_cpus`), not only its current point, so that the CPUs a lower point leaves
+    idle are not handed out and then wanted back by a later, higher point (a re-checked
+    half core, or the optimistic search's upper half)."""
     out: dict[str, Resources] = {}
     for j in jobs:
         if j.profiling_lease:
             for p in j.placements:
-                out[p.server_id] = out.get(p.server_id, Resources()) + p.resources
+                r = p.resources
+                out[p.server_id] = out.get(p.server_id, Resources()) + Resources(
+                    r.gpus, max(r.cpus, j.profile_max_cpus), r.mem_gb)
     return out
 
 
@@ -75,8 +83,11 @@ class ProfilingBook:
                              key=lambda j: (j.submitted_at, j.id))
             if not waiting:
                 return 0
-            cluster = self.cluster()
             now = ctx.clock.now()
+            waiting = self._answered_by_store(waiting, now)
+            if not waiting:
+                return 0
+            cluster = self.cluster()
             inp = RoundInput(now, cluster, [], {}, ctx.config.round_s, ctx.config.heartbeat_window)
             open_nodes = Cluster(tuple(s for s in cluster.servers if run_filters(DEFAULT_FILTERS, s, inp).admit == Admit.ANY))
             asks = [ProfilingAsk(j.id, j.spec.gpus, frozenset(j.spec.gpu_types)) for j in waiting]
@@ -86,8 +97,8 @@ class ProfilingBook:
             queued = [cluster.proportional_share(j.spec.gpus)
                       for j in sorted(ctx.store.active_jobs(), key=lambda j: (j.submitted_at, j.id))
                       if j.state == JobState.QUEUED and not j.spec.cpu_only and j.id not in planned]
-            leases = place_leases(asks, open_nodes, self._held(), queued=queued)
             fine = sub_core(cluster)  # the share is the whole cluster's (`share_basis`)
+            leases = place_leases(asks, open_nodes, self._held(), queued=queued, sub_core=fine)
             changes = []
             for job in waiting:
                 placement = leases.get(job.id)
@@ -107,6 +118,25 @@ class ProfilingBook:
             if changes:
                 ctx.save_jobs(changes)
             return len(changes)
+
+    def _answered_by_store(self, waiting: list[JobRecord], now: float) -> list[JobRecord]:
+        """Queue the waiting jobs whose workload another job has been profiled for meanwhile
+        (the profile store, profile_store.py: two jobs of one sweep submitted together profile
+        once); returns the others, still to profile."""
+        ctx = self.ctx
+        changes, rest = [], []
+        for job in waiting:
+            stored = ctx.profiles.stored(job)
+            if stored is None:
+                rest.append(job)
+                continue
+            new = job.to(JobState.QUEUED, f"profile: {stored.source}; waiting for the next round", now,
+                         profile_source=stored.source)
+            event(ctx.log, "job.profile_stored", job=job.id, profiled_with=stored.job_id)
+            changes.append((job, new))
+        if changes:
+            ctx.save_jobs(changes)
+        return rest
 
     def _held(self) -> dict[str, Resources]:
         """Per node, what work holds or is about to hold there: running jobs' placements, the

@@ -45,10 +45,12 @@ ALLOWED: dict[JobState | None, frozenset[JobState]] = {
     None: frozenset({JobState.SUBMITTED}),
     JobState.SUBMITTED: frozenset({JobState.PROFILING, JobState.CANCELLED}),
     # PROFILING -> PROFILING: placed under a profiling lease, or requeued into profiling (its
-    # node was lost, it was stopped before its profile was reported); SUCCEEDED: the job
-    # finished its training while it was being profiled.
+    # node was lost, it was stopped before its profile was reported); RUNNING: profiled, it
+    # runs on where it was profiled (no restart); SUCCEEDED: the job finished its training
+    # while it was being profiled.
     JobState.PROFILING: frozenset(
-        {JobState.PROFILING, JobState.QUEUED, JobState.CANCELLED, JobState.FAILED, JobState.SUCCEEDED}
+        {JobState.PROFILING, JobState.QUEUED, JobState.RUNNING, JobState.CANCELLED, JobState.FAILED,
+         JobState.SUCCEEDED}
     ),
     JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
     JobState.RUNNING: frozenset({JobState.PREEMPTED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),

@@ -21,6 +21,11 @@ share (which measures nothing above it):
 * a lease holds at least `min_cpus` (whole CPUs: a point is a CPU count) and at most
   `max_cpus`; the points above what it holds are left to the model (profiles/format.py
   extrapolates the curve), which is the price of never taking CPUs from work;
+* where the GPU-proportional share is below one CPU per GPU (`sub_core`), a lease may hold
+  half a core (`SUB_CORE_LEASE_CPUS`, the share of one GPU on four GPUs and two cores) when
+  whole CPUs do not fit: it measures half a core and a quarter, and four arrivals on such a
+  node profile side by side at once instead of two and then two (the others waited, slower
+  than their share because of someone else's profiling: the paper's promise broken);
 * memory: the node's free memory, split like the CPUs, in 3-decimal GB steps (what an
   agent can hold).
 
@@ -41,6 +46,9 @@ MIN_PROFILE_CPUS = 1
 #: The points below one CPU a lease may measure (CFS quota on a shared core), highest
 #: first, where the GPU-proportional share is below one CPU per GPU (`sub_core`).
 SUB_CORE_POINTS = (0.5, 0.25)
+#: The least a lease holds where `sub_core`: the highest point below one CPU, so that it
+#: measures itself and the one below.
+SUB_CORE_LEASE_CPUS = SUB_CORE_POINTS[0]
 
 
 def sub_core(cluster: Cluster) -> bool:
@@ -66,13 +74,16 @@ def place_leases(
     max_cpus: int = MAX_PROFILE_CPUS,
     min_cpus: int = MIN_PROFILE_CPUS,
     queued: Sequence[Resources] = (),
+    sub_core: bool = False,
 ) -> dict[int, Placement]:
     """Job id -> its lease, for the asks that fit in what `cluster`'s servers (those that take
     new work) have free beyond `held` (server id -> what work and earlier leases hold there)
     and beyond what `queued` jobs (each its GPU-proportional share, in queue order) would take
     if placed first, each on the first server it fits: jobs that arrived before and are
     profiled already are not kept waiting by later arrivals' leases. An ask left out waits
-    for the next pass."""
+    for the next pass. `sub_core`: a lease may hold `SUB_CORE_LEASE_CPUS` when a whole CPU
+    does not fit (module docstring)."""
+    least = min(min_cpus, SUB_CORE_LEASE_CPUS) if sub_core else min_cpus
     free = {s.id: s.capacity - held.get(s.id, Resources()) for s in cluster.servers}
     for share in queued:
         home = next((sid for sid, room in free.items() if share.fits_in(room)), None)
@@ -89,21 +100,25 @@ def place_leases(
             gpus_left = room.gpus - sum(a.gpus for a in mine)
             if gpus_left + EPS < ask.gpus:
                 continue
-            cpus = _share(room.cpus, len(mine) + 1, max_cpus)
-            if cpus >= min_cpus and cpus > best_cpus and room.mem_gb > EPS:
+            cpus = _share(room.cpus, len(mine) + 1, max_cpus, sub_core)
+            if cpus >= least - EPS and cpus > best_cpus and room.mem_gb > EPS:
                 best, best_cpus = sid, cpus
         if best is not None:
             on_node.setdefault(best, []).append(ask)
     leases: dict[int, Placement] = {}
     for sid, mine in on_node.items():
         room = free[sid]
-        cpus = _share(room.cpus, len(mine), max_cpus)
+        cpus = _share(room.cpus, len(mine), max_cpus, sub_core)
         mem = math.floor(room.mem_gb / len(mine) * 1000) / 1000
         for ask in mine:
             leases[ask.job_id] = Placement(sid, ask.gpus, float(cpus), mem)
     return leases
 
 
-def _share(free_cpus: float, n: int, max_cpus: int) -> int:
-    """Whole CPUs each of `n` leases gets of `free_cpus`, at most `max_cpus`."""
-    return min(max_cpus, math.floor(free_cpus / n + 1e-9))
+def _share(free_cpus: float, n: int, max_cpus: int, sub_core: bool = False) -> float:
+    """Whole CPUs each of `n` leases gets of `free_cpus`, at most `max_cpus`; where
+    `sub_core` and a whole CPU does not fit, `SUB_CORE_LEASE_CPUS` if that does (else 0)."""
+    whole = min(max_cpus, math.floor(free_cpus / n + 1e-9))
+    if whole >= 1 or not sub_core:
+        return whole
+    return SUB_CORE_LEASE_CPUS if free_cpus / n + 1e-9 >= SUB_CORE_LEASE_CPUS else 0

@@ -43,6 +43,7 @@ from synergy.scheduler.loaning.reclaim import shrunk_allocation
 from synergy.scheduler.mechanisms.base import runnable_by_gpu
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
 from synergy.scheduler.simulator.inference import InferencePool
+from synergy.scheduler.simulator.profiling import Leases, ProfilingReplay, profiling_round
 from synergy.scheduler.placement.migration import migrated
 from synergy.scheduler.profiles.pairs import PairTable
 from synergy.scheduler.throughput import iterations_per_s, packed_speed
@@ -74,6 +75,10 @@ class EngineConfig:
     #: Lyra's capacity loaning: an inference pool whose idle servers are loaned each round
     #: and reclaimed when its demand rises (None: a fixed cluster). Turns memoisation off.
     inference: InferencePool | None = None
+    #: Replay the profiling phase (simulator/profiling.py: leases placed by the daemon's core
+    #: rule, then the job runs on); None: every job's profile is known on arrival, as before.
+    #: Turns memoisation off.
+    profiling: ProfilingReplay | None = None
 
 
 @dataclass
@@ -174,6 +179,8 @@ class Simulation:
                  config: EngineConfig = EngineConfig()) -> None:
         if config.round_s <= 0:
             raise ValueError("round_s must be positive")
+        if config.profiling is not None and config.inference is not None:
+            raise ValueError("the profiling phase is not replayed with capacity loaning")
         self.scheduler = scheduler
         self.cluster = cluster
         self.config = config
@@ -210,6 +217,8 @@ class Simulation:
         self.gpu_types = cluster.gpu_types if cluster.typed else ()
         self.type_gpus = tuple(cluster.of_type(t).total.gpus for t in self.gpu_types)
         self.type_timeline: list[tuple[float, ...]] = [(0.0, *(0.0 for _ in self.gpu_types))] if self.gpu_types else []
+        #: Profiling leases under way and jobs profiled (config.profiling only).
+        self.leases = Leases({})
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -220,7 +229,7 @@ class Simulation:
         stop_ids = cfg.stop_after if cfg.stop_after is not None else frozenset(self.records)
         left = len(stop_ids & self.records.keys())
         k_limit = self._boundary(cfg.max_time_s)
-        memo = cfg.memoise and self.order_only and cfg.inference is None
+        memo = cfg.memoise and self.order_only and cfg.inference is None and cfg.profiling is None
 
         active: dict[int, Job] = {}
         running: dict[int, _Running] = {}
@@ -437,7 +446,10 @@ class Simulation:
             for r in running.values():
                 r.materialise(t)
         inp = RoundInput(t, self.cluster, list(active.values()), previous, self.config.round_s)
-        return self.scheduler.schedule(inp)
+        if self.config.profiling is None:
+            return self.scheduler.schedule(inp)
+        out, self.leases = profiling_round(inp, self.config.profiling, self.leases, self.scheduler.schedule)
+        return out
 
     def _apply(self, out: RoundOutput, t: float, active: dict[int, Job],
                running: dict[int, _Running], timeline: list[tuple[float, ...]]) -> None:

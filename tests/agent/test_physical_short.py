@@ -1,7 +1,8 @@
 """The physical benchmark's short form (benchmarks/physical.py, issue 14): the mechanics,
-not the gain. Four jobs on four fake GPUs and two cores under TUNE with live profiling:
+not the gain. Four jobs (60 steps each: long enough to report a profile) on four fake GPUs and two cores under TUNE with live profiling:
 every job succeeds, no placed job is taken back "before it started" by a profiling lease,
-and the light jobs were profiled below one CPU (the share is half a core per GPU)."""
+the light jobs were profiled below one CPU (the share is half a core per GPU), and the
+simulator replays the run's trace with the profiles it measured."""
 
 from __future__ import annotations
 
@@ -21,14 +22,27 @@ pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cg
 
 
 def test_the_short_physical_run_keeps_its_mechanics(tmp_path: Path) -> None:
-    args = Namespace(jobs=4, gpus=4, cpus="0-1", memory="4G", round_s=1.0, samples=96, batch_size=4, step_s=0.04,
-                     heavy_cpu_ms=10.0, light_cpu_ms=0.5, timeout_s=240.0)
-    outcomes, makespan = physical.run("tune", args, tmp_path)
+    args = Namespace(jobs=4, gpus=4, cpus="0-1", memory="4G", round_s=1.0, samples=240, batch_size=4, step_s=0.04,
+                     heavy_cpu_ms=10.0, light_cpu_ms=0.5, timeout_s=240.0, trace="static")
+    run = physical.run("tune", args, tmp_path)
+    outcomes, makespan = run.outcomes, run.makespan_s
     assert [o.state for o in outcomes] == ["succeeded"] * 4, [(o.name, o.state, o.reason) for o in outcomes]
     assert sum(o.before_started for o in outcomes) == 0
     assert makespan > 0 and all(o.profiling_s > 0 for o in outcomes)
-    # The light jobs asked for half a core: the daemon's log has the points it set.
+    # The simulated replay runs on the live run's trace and measured profiles.
+    run.startup_s = physical.startup_s(tmp_path / "state-tune.log")
+    profiles = physical.measured_profiles(run)
+    assert set(profiles) == {o.name for o in outcomes}
+    sim_makespan, jcts = physical.simulate("tune", run, profiles, 1.0, args)
+    assert len(jcts) == 4 and sim_makespan >= max(jcts) > 0
+    # Below the half-core lease each job asked for a quarter core: the daemon's log has the
+    # points it set (the lease's own half core needs no change).
     events = [json.loads(line) for line in (tmp_path / "state-tune.log").read_text().splitlines()
               if line.startswith("{")]
     points = {(e["job"], e["cpus"]) for e in events if e.get("event") == "job.profile_point"}
-    assert any(cpus == 0.5 for _, cpus in points), sorted(points)
+    assert any(cpus == 0.25 for _, cpus in points), sorted(points)
+    # Four arrivals, four GPUs, two cores: every one profiled at once on a half-core lease, and
+    # ran on without a restart (one launch each: the lease's process trained to the end).
+    leases = [e["placement"] for e in events if e.get("event") == "job.profiling"]
+    assert leases == ["n0: 1 GPU, 0.5 CPU, 1 GB"] * 4, leases
+    assert sorted(e["job"] for e in events if e.get("event") == "node.launch") == [1, 2, 3, 4]

@@ -106,15 +106,29 @@ def test_a_profiling_lease_takes_no_room_the_pending_round_gave_and_preempts_not
 
 
 def test_arrivals_profile_side_by_side_on_a_two_cpu_node() -> None:
-    """Before, each lease took the whole node and the next job's waited for it."""
+    """Before, each lease took the whole node and the next job's waited for it; then whole-CPU
+    leases profiled two and kept the third waiting. The share is half a core per GPU here:
+    three arrivals profile at once at half a core each (`sub_core` lease, max_cpus 0)."""
     logic = _logic()
     SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
     jobs = [logic.jobs.submit(JobSpec(name=f"p{i}", command=("train",), gpus=1, profiler="synergy",
                                       checkpoint_dir="/tmp/ckpt")).id for i in range(3)]
-    assert logic.profiling.place() == 2
-    leases = [logic.jobs.get(j).placements for j in jobs]
-    assert [len(p) for p in leases] == [1, 1, 0]
-    assert [p[0].cpus for p in leases[:2]] == [1.0, 1.0]
+    assert logic.profiling.place() == 3
+    placed = [logic.jobs.get(j) for j in jobs]
+    assert [j.placements[0].cpus for j in placed] == [0.5, 0.5, 0.5]
+    assert all(j.profile_sub_core and j.profile_max_cpus == 0.5 for j in placed)
+    # The lease's own point and the one below are accepted; a whole CPU is not its to ask.
+    from synergy.scheduler.daemon.errors import InvalidArgument
+
+    logic.leases.register_process(jobs[0], jobs[0], 1, 0, 1)
+    logic.leases.renew(jobs[0], jobs[0], 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.25)
+    assert logic.jobs.get(jobs[0]).placements[0].cpus == 0.25
+    try:
+        logic.leases.renew(jobs[0], jobs[0], 1, 0, step=2, samples_per_s=1, steps_per_s=1, profile_cpus=1)
+    except InvalidArgument as exc:
+        assert exc.field == "profile_cpus"
+    else:
+        raise AssertionError("a whole CPU accepted on a half-core lease")
 
 
 def test_a_profiling_lease_measures_below_one_cpu_where_the_share_is_below_one() -> None:
@@ -193,3 +207,64 @@ def test_a_placement_the_node_cannot_hold_requeues_the_job_instead_of_failing_it
                                    message="launch failed: command not found: 'train'")
     node.heartbeat()
     assert state(logic, other) == JobState.FAILED
+
+
+def _profile_doc(points: list[tuple[float, float]]) -> dict:
+    """A profile as the iterator reports it (complete_profile of measured points)."""
+    from synergy.profiler.fill import complete_profile
+
+    return complete_profile(points, gpus=1, dataset_bytes=10**6, sample_bytes=1e3, storage_bytes_per_s=1e15,
+                            process_mem_gb=0.5, max_mem_gb=4.0, model="p", task="image")
+
+
+def test_a_profiled_job_runs_on_where_it_was_profiled_without_a_restart() -> None:
+    """Issue 14 (physical run): ending a profiling lease with a stop and a relaunch cost each
+    job seconds of process start-up. Now the reported profile makes the job RUNNING on its
+    lease's placement, same attempt, and the next round's allocation reaches it as a RESIZE."""
+    from synergy.scheduler.daemon.reconciler import InstructionKind
+
+    logic = _logic(mechanism="tune")
+    node = SimNode(logic, "n", gpus=4, cpus=4, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 1
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    lease = logic.jobs.get(job).placements
+    assert logic.leases.report_profile(job, job, _profile_doc([(1, 10.0), (2, 20.0), (3, 20.0)])) == "profiled"
+    j = logic.jobs.get(job)
+    assert j.state == JobState.RUNNING and j.attempt == 1 and not j.stopping and j.placements == lease
+    assert not j.profiling_lease and j.profile_max_cpus == 0 and j.history[-1].reason.startswith("profiled on n:")
+    seen = len(node.seen)
+    for _ in range(2):
+        clock(logic).advance(10)
+        node.heartbeat()
+        logic.leases.renew(job, job, 1, 0, step=5, samples_per_s=20, steps_per_s=5)
+        round_(logic)
+        node.heartbeat()
+    j = logic.jobs.get(job)
+    assert j.state == JobState.RUNNING and j.attempt == 1 and not j.stopping and j.preemptions == 0, (
+        [t.reason for t in j.history])
+    assert j.placements[0].cpus == 2.0  # the profile's best case, in place
+    kinds = [ins.kind for ins in node.seen[seen:]]
+    assert InstructionKind.RESIZE in kinds and InstructionKind.STOP not in kinds and InstructionKind.LAUNCH not in kinds
+
+
+def test_a_lease_holds_its_whole_room_while_it_measures_a_lower_point() -> None:
+    """A half-core lease measuring a quarter core still holds half a core for the round: the
+    quarter it leaves idle is not handed to a running job and then wanted back when the half
+    core is measured again (re-check) or a higher point follows."""
+    from synergy.scheduler.daemon.profiling import held_by_profiling
+
+    logic = _logic()
+    SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    others = [logic.jobs.submit(JobSpec(name=f"o{i}", command=("train",), gpus=1, profiler="synergy",
+                                        checkpoint_dir="/tmp/ckpt")).id for i in range(3)]
+    assert logic.profiling.place() == 4
+    logic.leases.register_process(job, job, 1, 0, 1)
+    logic.leases.renew(job, job, 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.25)
+    with logic.ctx.lock:
+        held = held_by_profiling(logic.ctx.store.active_jobs())
+    assert held["n"].cpus == 2.0, (held, others)

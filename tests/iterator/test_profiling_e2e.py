@@ -1,11 +1,12 @@
 """Live profiling end to end: a real synergyd, a real synergy-agent (cgroup cpusets), a real
 PyTorch job. A job with no known profile gets a profiling lease, measures its points at CPU
-counts the agent realises by RESIZE, reports the profile ("profiled"), stops through the lease
-path (exit 75) and is then scheduled with that profile, resuming where profiling left off.
+counts the agent realises by RESIZE, reports the profile ("profiled") and runs on in the same
+process (no restart): the next round's allocation, from that profile, reaches it as a RESIZE.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -55,40 +56,43 @@ def test_a_job_with_no_profile_is_profiled_live_and_then_scheduled_with_it(clust
     info = admin.describe(job)
     admin.close()
     states = history(info)
-    # profiling (waiting) -> profiling (placed under the lease) -> queued (profiled) -> running
-    assert states[:4] == ["submitted", "profiling", "profiling", "queued"], states
-    assert "running" in states and info.profile_source == "profiled" and info.attempt >= 2
-    assert any("profile: profiled" in t.reason for t in info.history)
+    # profiling (waiting) -> profiling (placed under the lease) -> running (profiled, no restart)
+    assert states[:4] == ["submitted", "profiling", "profiling", "running"], states
+    assert info.profile_source == "profiled" and info.attempt == 1, (states, info.attempt)
+    assert info.history[3].reason.startswith("profiled on n1: "), info.history[3].reason
     # The points were realised by RESIZEs: the job saw its cpuset change (2 cores -> 1) and
     # its loader's worker count follow it.
     seen = {tuple(map(int, line.split()[1:])) for line in (tmp_path / "affinity.txt").read_text().splitlines()}
     assert (2, 1) in seen and (1, 0) in seen, seen
-    # Profiling was real training: resume continued after it, every sample once.
+    # Profiling was real training, and training went on after it: every sample once.
     ids = sorted(int(i) for line in (tmp_path / "batches.txt").read_text().splitlines()
                  for i in line.split()[4].split(","))
     assert ids == list(range(1200))
     # ... and it was then scheduled with the profile's best-case demand.
-    _assert_placed_at_the_profiled_knee(info, tmp_path / "work-n1")
+    _assert_placed_at_the_profiled_knee(info, tmp_path / "work-n1", tmp_path / "state.log")
 
 
-def _assert_placed_at_the_profiled_knee(info, work_dir: Path) -> None:
+def _assert_placed_at_the_profiled_knee(info, work_dir: Path, daemon_log: Path) -> None:
     """The job was scheduled with its profile's best-case demand: the fewest measured CPUs
-    within 1% of the best throughput (the job's log line lists the measured points)."""
+    within 1% of the best throughput (the job's log line lists the measured points), as a
+    placement in its history or a resize in place (the daemon's `job.resized` events)."""
     done = next(line for f in work_dir.rglob("*.log") for line in f.read_text().splitlines()
                 if "profiling done:" in line)
     points = [(int(p.split()[0]), float(p.split()[2])) for p in done.split("profiling done: ")[1].split(", ")]
     best = max(s for _, s in points)
     knee = min(c for c, s in points if s >= 0.99 * best)
-    placed = [t.reason for t in info.history if t.to_state == info.history[-1].to_state or "placed on" in t.reason]
-    assert any(f"placed on n1: 1 GPU, {knee} CPU" in r for r in placed), (points, placed)
+    placed = [t.reason for t in info.history if "placed on" in t.reason or t.reason.startswith("profiled on")]
+    events = [json.loads(line) for line in daemon_log.read_text().splitlines() if line.startswith("{")]
+    placed += [e["placements"] for e in events if e.get("event") == "job.resized" and e.get("job") == info.id]
+    assert any(f"n1: 1 GPU, {knee} CPU" in r for r in placed), (points, placed)
 
 
 @pytest.mark.slow
 def test_the_image_example_is_profiled_live_then_scheduled_and_succeeds(cluster, tmp_path: Path) -> None:
     """The real examples/image_classification/train.py, not a test script: tiny (128 JPEGs of
     32 px, batch 16: 8 steps an epoch), no model named, a checkpoint dir, read through its MinIO
-    cache. Profiling takes two points of 11 iterations at most; the lease's STOP lands a few
-    dozen fast steps later, so 40 epochs (320 steps) leave training to do once it is scheduled."""
+    cache. Profiling takes two points of 11 iterations at most, and training runs on in the same
+    process after it (40 epochs, 320 steps)."""
     admin = cluster.admin()
     job = admin.submit("image", gpus=1, command=(
         sys.executable, "-u", str(EXAMPLES / "image_classification" / "train.py"), "--images", "128",
@@ -102,15 +106,14 @@ def test_the_image_example_is_profiled_live_then_scheduled_and_succeeds(cluster,
     info = admin.describe(job)
     admin.close()
     logs = "\n".join(f.read_text() for f in (tmp_path / "work-n1").rglob("*.log"))
-    assert history(info)[:4] == ["submitted", "profiling", "profiling", "queued"], (history(info), logs[-3000:])
+    assert history(info)[:4] == ["submitted", "profiling", "profiling", "running"], (history(info), logs[-3000:])
     assert history(info)[-1] == "succeeded", (history(info), logs[-3000:])
     assert "Traceback" not in logs, logs[-3000:]
-    # Scheduled with the profile, it resumed where profiling stopped and trained to the end.
-    resumed = [int(m) for m in re.findall(r"resuming from \S+: step (\d+),", logs)]
-    assert resumed and 0 < resumed[0] < 320, logs[-3000:]
+    # Profiled, it ran on in the same process (no resume) and trained to the end.
+    assert info.attempt == 1 and not re.findall(r"resuming from", logs), logs[-3000:]
     assert info.history[-1].reason == "training finished at step 320", history(info)
     assert "epoch 39 step 320 " in logs, logs[-3000:]
-    _assert_placed_at_the_profiled_knee(info, tmp_path / "work-n1")
+    _assert_placed_at_the_profiled_knee(info, tmp_path / "work-n1", tmp_path / "state.log")
 
 def test_profiler_none_keeps_the_stand_in(cluster, tmp_path: Path) -> None:
     admin = cluster.admin()

@@ -81,3 +81,51 @@ def test_the_live_driver_waits_for_a_quarter_core_in_force():
             t += 10.0 / light(want)  # a batch of 10 samples at the light job's rate
             p.on_batch(t, want, cores)
     assert [c for c, _ in p.result()][:2] == [0.25, 0.5]
+
+
+def test_a_lease_below_one_cpu_measures_half_a_core_then_a_quarter():
+    """Issue 14: four arrivals on four GPUs and two cores each get half a core (max_cpus 0):
+    the search starts at what the lease holds and goes down while the job stays as fast."""
+    search = make_search(ProfilingTerms("synergy", 0, "image", 1, 1.0, sub_core=True))
+    assert isinstance(search, SubCoreSearch) and search.max_cpus == 0
+    assert [c for c, _ in run(search, light)] == [0.25, 0.5]
+    assert [c for c, _ in run(make_search(ProfilingTerms("coda", 0, "image", 1, 1.0, sub_core=True)), heavy)] == [
+        0.25, 0.5]  # slower at a quarter: nothing below it (and there is nothing below it anyway)
+    assert [c for c, _ in run(SubCoreSearch(None), lambda c: 100.0 * min(1.0, c / 0.4))] == [0.25, 0.5]
+    with pytest.raises(ValueError, match="less than one CPU"):
+        SubCoreSearch(None).record(1, 10.0)
+
+
+def test_a_half_core_measured_slower_than_a_quarter_is_measured_once_more():
+    """Found on the physical run: a loading-heavy job measured 16 samples/s at its half-core
+    lease (just after start-up, its neighbours starting too) and 20 at a quarter core; TUNE
+    then gave it a quarter, below its share. The half core is measured again, and counts."""
+    search = SubCoreSearch(None)
+    seen = []
+    answers = {0.5: [16.0, 33.0], 0.25: [20.0]}
+    while (c := search.next_cpus()) is not None:
+        seen.append(c)
+        search.record(c, answers[c].pop(0))
+    assert seen == [0.5, 0.25, 0.5] and search.points == [(0.25, 20.0), (0.5, 33.0)] and search.probes == 3
+    # A second inversion is believed (measured twice), and an honest curve is not re-checked.
+    search = SubCoreSearch(None)
+    answers = {0.5: [16.0, 15.0], 0.25: [20.0]}
+    while (c := search.next_cpus()) is not None:
+        search.record(c, answers[c].pop(0))
+    assert search.points == [(0.25, 20.0), (0.5, 15.0)]
+    assert [c for c, _ in run(SubCoreSearch(None), light)] == [0.25, 0.5]
+
+
+def test_one_cpu_measured_slower_than_half_a_core_is_measured_once_more():
+    """The dynamic physical run: a heavy job on a one-CPU lease measured 30 samples/s at one
+    CPU (first, just after start-up) and 44.5 at half a core, and got half a core."""
+    search = SubCoreSearch(OptimisticSearch(1))
+    answers = {1: [30.0, 60.0], 0.5: [44.5], 0.25: [23.0]}
+    seen = []
+    while (c := search.next_cpus()) is not None:
+        seen.append(c)
+        search.record(c, answers[c].pop(0))
+    assert seen == [1, 0.5, 0.25, 1] and search.points == [(0.25, 23.0), (0.5, 44.5), (1, 60.0)]
+    entry = complete_profile(search.points, gpus=1, dataset_bytes=10**6, sample_bytes=1e3,
+                             storage_bytes_per_s=1e15, process_mem_gb=0.5, max_mem_gb=4.0, model="h", task="image")
+    assert SensitivityProfile.from_dict("h", entry).best_case()[0] == 1.0

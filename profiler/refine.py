@@ -1,0 +1,95 @@
+"""Above the lease, and after it: an optimistic guess, then online refinement (issue 14).
+
+A profiling lease takes only free room (placement/profiling.py), so on a busy node it holds
+little: half a core where four arrivals share two cores. What the job would do with more is
+not measured there. Left flat (the profile format clamps above its last row), a job whose
+throughput still climbs at the top of its lease is never given more than it was measured at,
+and TUNE can only match the proportional share.
+
+Two halves, both pure (the clock and the allocation are passed in):
+
+* `optimistic_points`: when the top measured point is still `threshold` (10%, the search's)
+  faster than the one below, one more row is added at twice its CPUs, on the straight line
+  through the two (an upper bound for a concave, diminishing-returns curve: §3.1's shape, so
+  optimistic, as the paper's search is). The profile says so in its source.
+* `Refiner`: after profiling the job runs on, renewing its lease; whenever the allocation in
+  force settles on a CPU count not measured yet (a round gave it more, or less), it measures a
+  window of real iterations there and the point joins the curve, and the caller reports the
+  refined profile (`ReportProfile` again; the daemon replaces the job's profile and the next
+  round uses it). A guess the job does not live up to is thereby corrected within a round or
+  two, at the cost of a few iterations at an allocation the round gave it anyway. At most
+  `max_points` refinements per process.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from synergy.profiler.window import ThroughputWindow
+
+#: Relative gain of the top point over the one below that still counts as climbing (the
+#: optimistic search's threshold, search.py).
+CLIMB_THRESHOLD = 0.10
+#: Refinements one job process makes at most.
+MAX_REFINEMENTS = 4
+
+
+def optimistic_points(points: Sequence[tuple[float, float]],
+                      threshold: float = CLIMB_THRESHOLD) -> tuple[list[tuple[float, float]], float | None]:
+    """`points` (CPUs, samples/s), plus one extrapolated point at twice the top CPUs when the
+    top is still climbing; returns (points, the extrapolated CPU count or None)."""
+    pts = sorted(points)
+    if len(pts) < 2:
+        return pts, None
+    (c0, t0), (c1, t1) = pts[-2], pts[-1]
+    if not (t1 >= (1.0 + threshold) * t0 and c1 > c0):
+        return pts, None
+    slope = (t1 - t0) / (c1 - c0)
+    top = 2.0 * c1
+    return [*pts, (top, t1 + slope * (top - c1))], top
+
+
+class Refiner:
+    """Measures the job at each new allocation in force after profiling; see the module docstring."""
+
+    def __init__(self, points: Sequence[tuple[float, float]], samples_per_batch: int,
+                 guessed: float | None = None, warmup: int = 3, measure: int = 8,
+                 max_points: int = MAX_REFINEMENTS) -> None:
+        self.measured = dict(points)
+        if guessed is not None:
+            self.measured.pop(guessed, None)  # a guess is not a measurement
+        self.samples_per_batch = samples_per_batch
+        self.warmup, self.measure, self.max_points = warmup, measure, max_points
+        self.refined = 0
+        self._cpus = 0.0
+        self._window: ThroughputWindow | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.refined >= self.max_points
+
+    def on_batch(self, now_s: float, in_force_cpus: float) -> bool:
+        """An iteration ended at `now_s` under `in_force_cpus` (0 = unknown). Returns True when
+        a new point was just measured (`points` holds it): the caller reports the profile."""
+        if self.done or not in_force_cpus > 0:
+            return False
+        if not math.isclose(in_force_cpus, self._cpus, abs_tol=1e-9):
+            self._cpus = in_force_cpus
+            known = any(math.isclose(in_force_cpus, c, abs_tol=1e-9) for c in self.measured)
+            self._window = None if known else ThroughputWindow(self.warmup, self.measure)
+            return False
+        if self._window is None:
+            return False
+        self._window.tick(now_s, self.samples_per_batch)
+        if not self._window.done:
+            return False
+        self.measured[self._cpus] = self._window.samples_per_s
+        self._window = None
+        self.refined += 1
+        return True
+
+    @property
+    def points(self) -> list[tuple[float, float]]:
+        """Every measured point (CPUs, samples/s), by CPU count."""
+        return sorted(self.measured.items())

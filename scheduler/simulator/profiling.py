@@ -1,0 +1,95 @@
+"""The profiling phase in the simulator (issue 14): the daemon's rule, replayed round by round.
+
+A job profiled live (`ProfilingReplay.jobs`) is not seen by the core until its profile is
+known, exactly as in synergyd (daemon/profiling.py):
+
+* while it waits for room, the round does not see it; once the round is decided, a lease
+  is placed in what neither the round's allocations nor the other leases hold, by the same
+  core function the daemon calls (`placement.profiling.place_leases`, `sub_core` where the
+  share is below one CPU per GPU), asks in arrival order;
+* under its lease it trains at the lease's allocation for `profile_s` seconds (the windows
+  of its points; the points themselves lie at or below the lease, so this is the lease's
+  speed, a small optimism), and the core is given the cluster less what leases hold (the
+  GPU-proportional share stays the whole cluster's, `Cluster.share_basis`);
+* at the first boundary after that it runs on where it was profiled (no restart): the
+  lease's allocation becomes its `previous`, and from then on the core decides for it like
+  for any running job, with its profile.
+
+Pure: `profiling_round` takes the round's input and the lease state and returns the round's
+allocations and the new state; the engine (engine.py) keeps the state between rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
+
+from synergy.scheduler.model import Allocation, Cluster, JobKind, Resources, RoundInput, RoundOutput
+from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
+
+
+@dataclass(frozen=True)
+class ProfilingReplay:
+    """Which jobs are profiled live, and how long a lease lasts."""
+
+    jobs: frozenset[int]
+    profile_s: float
+
+    def __post_init__(self) -> None:
+        if not self.profile_s >= 0:
+            raise ValueError(f"profile_s must be a number >= 0, got {self.profile_s!r}")
+
+
+@dataclass(frozen=True)
+class Leases:
+    """Leases under way (job id -> its allocation and when it was placed), and the jobs
+    whose profiling is over."""
+
+    under: Mapping[int, tuple[Allocation, float]]
+    done: frozenset[int] = frozenset()
+
+
+def profiling_round(
+    inp: RoundInput,
+    replay: ProfilingReplay,
+    leases: Leases,
+    decide: Callable[[RoundInput], RoundOutput],
+) -> tuple[RoundOutput, Leases]:
+    """One round with the profiling phase: leases that ran `profile_s` end (the job runs on
+    with the lease's allocation as its `previous`), the core (`decide`) decides for the jobs
+    it may see on the cluster less the leases, and the waiting jobs get leases in what is
+    left. Returns the round's allocations (the core's and the leases') and the new state."""
+    t = inp.now_s
+    active = {j.id: j for j in inp.jobs}
+    under = {jid: v for jid, v in leases.under.items() if jid in active}
+    done = set(leases.done)
+    for jid, (_, since) in list(under.items()):
+        if t - since >= replay.profile_s - 1e-9:
+            del under[jid]
+            done.add(jid)
+    profiles = [j for j in inp.jobs if j.id in replay.jobs and j.id not in done and j.kind != JobKind.CPU_ONLY]
+    hidden = {j.id for j in profiles}
+    lease_hold = _held(alloc for alloc, _ in under.values())
+    cluster = inp.cluster
+    seen = Cluster(tuple(replace(s, capacity=s.capacity - lease_hold.get(s.id, Resources())) for s in cluster.servers),
+                   share_basis=cluster.share_basis or cluster.servers)
+    core_in = replace(inp, cluster=seen, jobs=[j for j in inp.jobs if j.id not in hidden],
+                      previous={jid: a for jid, a in inp.previous.items() if jid not in hidden})
+    out = decide(core_in)
+    held = _held([*out.allocations.values(), *(alloc for alloc, _ in under.values())])
+    waiting = sorted((j for j in profiles if j.id not in under), key=lambda j: (j.arrival_s, j.id))
+    asks = [ProfilingAsk(j.id, j.gpus, j.gpu_types) for j in waiting]
+    for jid, p in place_leases(asks, cluster, held, sub_core=sub_core(cluster)).items():
+        under[jid] = (Allocation(jid, (p,)), t)
+    allocations = {**out.allocations, **{jid: alloc for jid, (alloc, _) in under.items()}}
+    waiting_why = {**out.waiting, **{j.id: "waiting for room to profile in" for j in waiting if j.id not in under}}
+    return replace(out, allocations=allocations, waiting=waiting_why), Leases(under, frozenset(done))
+
+
+def _held(allocs) -> dict[str, Resources]:
+    out: dict[str, Resources] = {}
+    for alloc in allocs:
+        for sid, r in alloc.held:
+            out[sid] = out.get(sid, Resources()) + r
+    return out
+

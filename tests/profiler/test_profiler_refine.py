@@ -1,0 +1,55 @@
+"""Above the lease and after it (profiler/refine.py, issue 14): an optimistic row where the job
+still climbs at the top of its lease, then points measured at each new allocation in force."""
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from synergy.profiler.refine import Refiner, optimistic_points
+
+
+def test_a_job_still_climbing_at_the_top_gets_one_optimistic_row():
+    points, guess = optimistic_points([(0.25, 50.0), (0.5, 100.0)])
+    assert guess == 1.0 and points[-1] == (1.0, 200.0)  # on the line through the top two
+    assert optimistic_points([(0.25, 99.0), (0.5, 100.0)]) == ([(0.25, 99.0), (0.5, 100.0)], None)  # flat: none
+    assert optimistic_points([(1, 100.0)]) == ([(1, 100.0)], None)
+
+
+@given(st.lists(st.tuples(st.sampled_from([0.25, 0.5, 1, 2, 3, 4, 6, 8]), st.floats(0.1, 1e4)), min_size=1,
+                max_size=8, unique_by=lambda p: p[0]))
+def test_the_guess_lies_above_the_top_and_never_below_its_throughput(points):
+    out, guess = optimistic_points(points)
+    assert out[:len(points)] == sorted(points)
+    if guess is not None:
+        top_c, top_t = max(points)
+        assert guess == 2 * top_c and out[-1][1] >= top_t
+
+
+def _feed(r: Refiner, cpus: float, n: int, step_s: float, t: float) -> tuple[float, int]:
+    reports = 0
+    for _ in range(n):
+        t += step_s
+        reports += r.on_batch(t, cpus)
+    return t, reports
+
+
+def test_a_new_allocation_in_force_is_measured_once_and_reported():
+    r = Refiner([(0.25, 50.0), (0.5, 100.0), (1.0, 200.0)], samples_per_batch=4, guessed=1.0)
+    t, reports = _feed(r, 0.5, 30, 0.04, 0.0)  # measured already: nothing to do
+    assert reports == 0
+    t, reports = _feed(r, 1.0, 30, 0.05, t)  # the guess, given by a round: measured
+    assert reports == 1 and abs(dict(r.points)[1.0] - 4 / 0.05) < 1e-6 and len(r.points) == 3
+    t, reports = _feed(r, 1.0, 30, 0.05, t)
+    assert reports == 0  # once
+    _, reports = _feed(r, 0.0, 30, 0.05, t)  # unknown allocation: nothing
+    assert reports == 0
+
+
+def test_refinements_are_bounded():
+    r = Refiner([(1.0, 10.0)], samples_per_batch=1, max_points=2)
+    t = 0.0
+    total = 0
+    for cpus in (2.0, 3.0, 4.0, 5.0):
+        t, n = _feed(r, cpus, 20, 0.1, t)
+        total += n
+    assert total == 2 and r.done

@@ -1,0 +1,82 @@
+"""The profiling phase replayed in the simulator (simulator/profiling.py, issue 14): leases
+placed by the daemon's own core rule (`place_leases`), then the job runs on."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synergy.scheduler.model import EPS, Cluster, Job, Resources, RoundInput, Server
+from synergy.scheduler.profiles.format import SensitivityProfile
+from synergy.scheduler.registry import build_scheduler
+from synergy.scheduler.simulator.engine import EngineConfig, Simulation
+from synergy.scheduler.simulator.profiling import Leases, ProfilingReplay, profiling_round
+
+
+def curve(name: str, need: float) -> SensitivityProfile:
+    """Speed 1 from `need` CPUs per GPU up, linear to 0 below (rows below one CPU)."""
+    rows = (0.25, 0.5, 1.0, 2.0)
+    return SensitivityProfile(name, "image", rows, (1.0, 2.0),
+                              tuple((min(1.0, c / need),) * 2 for c in rows), (2.0, 2.0), 0.1)
+
+
+HEAVY, LIGHT = curve("heavy", 1.0), curve("light", 0.1)
+NODE = Cluster((Server("n0", Resources(4, 2, 4)),))
+
+
+def jobs(n: int = 4, iterations: float = 200) -> list[Job]:
+    return [Job(i, "heavy" if i % 2 == 0 else "light", 1, 0.0, iterations, HEAVY if i % 2 == 0 else LIGHT)
+            for i in range(n)]
+
+
+def run(replay: ProfilingReplay | None, n: int = 4) -> dict[int, float]:
+    sim = Simulation(build_scheduler("fifo", "tune"), NODE, jobs(n), EngineConfig(round_s=2.0, profiling=replay))
+    result = sim.run()
+    assert result.stopped == "completed"
+    return {i: r.jct_s for i, r in result.records.items()}
+
+
+def test_four_arrivals_profile_at_once_at_half_a_core_and_then_run_on() -> None:
+    """Four GPUs on two cores: every arrival gets a half-core lease at once (none waits behind
+    another's profiling), and each costs at most the time it profiled at half a core."""
+    replay = ProfilingReplay(frozenset(range(4)), profile_s=4.0)
+    out, leases = profiling_round(RoundInput(0.0, NODE, jobs(), {}, 2.0), replay, Leases({}),
+                                  build_scheduler("fifo", "tune").schedule)
+    assert sorted(leases.under) == [0, 1, 2, 3]
+    assert all(a.placements[0].cpus == 0.5 for a in out.allocations.values())
+    known, replayed = run(None), run(replay)
+    for i in range(4):
+        assert known[i] - EPS <= replayed[i] <= known[i] + 4.0 + 2.0, (i, known[i], replayed[i])
+
+
+def test_the_replay_is_deterministic_and_waits_for_gpus_in_arrival_order() -> None:
+    replay = ProfilingReplay(frozenset(range(6)), profile_s=4.0)
+    first, second = run(replay, 6), run(replay, 6)
+    assert first == second
+    # Six arrivals, four GPUs: the last two profile once GPUs are free, after the first ends.
+    assert min(first[4], first[5]) > min(first[i] for i in range(4))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.sampled_from([1, 2, 3, 4, 8])), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(1, 2), st.booleans(), st.booleans()), min_size=1, max_size=8),
+    st.integers(0, 4),
+)
+def test_a_round_with_leases_never_overcommits_a_server(servers, specs, profiled_before) -> None:
+    """What the core allocates plus what leases hold fits every server, round after round,
+    and a job is never both under a lease and given an allocation by the core."""
+    cluster = Cluster(tuple(Server(f"s{i}", Resources(g, c, 8)) for i, (g, c) in enumerate(servers)))
+    js = [Job(i, "m", g, float(i), 1e6, HEAVY if heavy else LIGHT) for i, (g, heavy, _) in enumerate(specs)]
+    replay = ProfilingReplay(frozenset(i for i, (_, _, p) in enumerate(specs) if p), profile_s=4.0)
+    leases, previous = Leases({}), {}
+    decide = build_scheduler("fifo", "tune").schedule
+    for k in range(profiled_before + 3):
+        out, leases = profiling_round(RoundInput(2.0 * k, cluster, js, previous, 2.0), replay, leases, decide)
+        used: dict[str, Resources] = {}
+        for alloc in out.allocations.values():
+            for sid, r in alloc.held:
+                used[sid] = used.get(sid, Resources()) + r
+        for s in cluster.servers:
+            assert used.get(s.id, Resources()).fits_in(s.capacity), (k, s, used)
+        assert set(leases.under) <= replay.jobs and not set(leases.under) & leases.done
+        previous = out.allocations
