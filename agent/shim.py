@@ -22,8 +22,8 @@ permitted); the job gets the default back before it execs.
 
 **The job's user** (issue 16, agent/users.py). RUN_AS is "" (the job runs as the shim, i.e. the
 agent) or `UID:GID:GROUPS`: the forked child then drops to that user (supplementary groups,
-gid, uid: in that order, irrevocably) and enters the working dir again as the user before
-it execs; every job gets a umask of 077. The shim itself stays root: its exit record lives in
+gid, uid: in that order, irrevocably), sets a umask of 077 and enters the working dir again
+as the user before it execs. The shim itself stays root: its exit record lives in
 the agent's root-only work dir where the job cannot write, the job cannot signal or trace it
 (another uid), and its environment (the job token) is unreadable to other users. The log is
 created owned by the user (0600). A failure of the drop or of the exec reaches the shim on a
@@ -211,10 +211,10 @@ def parse_run_as(text: str) -> tuple:
 
 
 def _become(run_as: tuple) -> None:
-    """In the job's child: umask 077; drop to its user for good (groups, gid, uid), re-enter the cwd."""
-    os.umask(0o077)
+    """In the job's child: drop to its user for good (groups, gid, uid), umask 077, re-enter the cwd."""
     if not run_as:
         return
+    os.umask(0o077)
     uid, gid, groups = run_as
     cwd = os.getcwd()
     os.setgroups(groups)
@@ -310,7 +310,7 @@ def main(argv: list) -> int:
     err_r, err_w = os.pipe()  # close-on-exec: EOF once the exec succeeded
     pid = os.fork()
     if pid == 0:
-        step = "switch to the job's user" if run_as else "set the umask"
+        step = "start the job"
         try:
             os.close(pid_fd)
             os.close(out_r)
@@ -323,6 +323,7 @@ def main(argv: list) -> int:
             for s in _RESET:
                 signal.signal(s, signal.SIG_DFL)
             _oom_score_adj("0")
+            step = "switch to the job's user"
             _become(run_as)
             step = f"run {exe}" + (f" as uid {run_as[0]}" if run_as else "")
             os.execv(exe, args)
@@ -334,8 +335,12 @@ def main(argv: list) -> int:
         os._exit(127)
     os.close(out_w)
     os.close(err_w)
+    try:
+        os.setpgid(pid, pid)  # both sides set it: no instant where a signal to the group misses
+    except OSError:
+        pass
     failed = _exec_report(err_r)
-    if failed:
+    if failed:  # the job never ran: the launch fails with the reason (and the log says it too)
         os.waitpid(pid, 0)
         os.close(out_r)
         os.close(reserved)
@@ -343,12 +348,12 @@ def main(argv: list) -> int:
             os.unlink(f"{status_path}.reserve")
         except OSError:
             pass
+        try:
+            os.write(1, f"synergy-shim: {failed}\n".encode())
+        except OSError:
+            pass
         os.write(pid_fd, f"ERR {failed}\n".encode())
         return 1
-    try:
-        os.setpgid(pid, pid)  # both sides set it: no instant where a signal to the group misses
-    except OSError:
-        pass
     try:
         os.write(pid_fd, f"{pid}\n".encode())
     except OSError:
