@@ -34,7 +34,7 @@ from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.report import node_telemetry_extras, pct, statuses
 from synergy.agent.tasks import Supervisor, TaskKey
-from synergy.agent.users import JobUsers
+from synergy.agent.users import JobUsers, unreadable_by_others
 from synergy.agent.workdir import work_dir_problem
 from synergy.agent.telemetry import NodeSample, Sampler
 from synergy.scheduler.cli.connection import Target, tls_problem
@@ -357,6 +357,10 @@ class Agent:
         event(self.log, "agent.job_users", level=logging.INFO if users.switch else logging.WARNING,
               run_as_users=users.switch, default_user=users.default_user if users.switch else "",
               allow_root_jobs=users.allow_root, detail=users.describe())
+        if users.switch and cfg.tls_ca and (why := unreadable_by_others(cfg.tls_ca)):
+            event(self.log, "agent.tls_ca_unreadable_by_jobs", level=logging.WARNING, tls_ca=cfg.tls_ca,
+                  reason=f"{why}: jobs run as their users and read it (SYNERGY_TLS_CA) to reach synergyd; give "
+                  "them a world-readable copy (a CA certificate is public)")
         if cfg.metrics_port is not None:
             try:
                 event(self.log, "agent.metrics", address=self.metrics.start(cfg.metrics_host, cfg.metrics_port,

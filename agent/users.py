@@ -112,6 +112,23 @@ class JobUsers:
         return "--ignore-job-users: every job runs as the agent's user (root), whatever its user"
 
 
+def unreadable_by_others(path: str) -> str:
+    """Why a user other than the file's owner cannot read `path` ("" when anyone can): a
+    file every job reads (the CA certificate it checks synergyd's with) must be world-readable."""
+    p = os.path.abspath(path)
+    try:
+        if not os.stat(p).st_mode & 0o004:
+            return f"{p} is not readable by others"
+        parent = os.path.dirname(p)
+        while parent != os.path.dirname(parent):
+            if not os.stat(parent).st_mode & 0o001:
+                return f"its dir {parent} cannot be entered by others"
+            parent = os.path.dirname(parent)
+    except OSError as exc:
+        return f"{p}: {exc.strerror or exc}"
+    return ""
+
+
 def _name_of(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name

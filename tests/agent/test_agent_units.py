@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,24 @@ def test_job_user_flags_are_checked_where_the_agent_is_root(tmp_path: Path) -> N
             from_args([*base, *extra])
     assert from_args([*base, "--ignore-job-users", "--allow-root-jobs"]).ignore_job_users
     assert from_args([*base, "--default-user", "root", "--allow-root-jobs"]).default_user == "root"
+
+
+def test_a_file_every_job_reads_must_be_readable_by_others() -> None:
+    """Jobs of other users read --tls-ca (SYNERGY_TLS_CA): the agent warns when they cannot."""
+    from synergy.agent.users import unreadable_by_others
+
+    top = Path(tempfile.mkdtemp())
+    try:
+        ca = top / "ca.pem"
+        ca.write_text("cert")
+        os.chmod(top, 0o755)
+        os.chmod(ca, 0o644)
+        assert unreadable_by_others(str(ca)) == ""
+        os.chmod(ca, 0o600)
+        assert unreadable_by_others(str(ca)) == f"{ca} is not readable by others"
+        os.chmod(ca, 0o644)
+        os.chmod(top, 0o700)
+        assert unreadable_by_others(str(ca)) == f"its dir {top} cannot be entered by others"
+        assert "No such file" in unreadable_by_others(str(top / "missing"))
+    finally:
+        shutil.rmtree(top)
