@@ -287,7 +287,7 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
     _check_job_users(ns, node_id)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     work_dir = Path(ns.work_dir) if ns.work_dir else Path(base) / "synergy-agent" / node_id
-    try:  # the agent's alone: jobs of other users must not read their tokens' neighbours
+    try:  # 0700: the agent's alone (jobs run as other users must not read its state or logs)
         work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         (work_dir / "logs").mkdir(exist_ok=True, mode=0o700)
     except OSError as exc:
