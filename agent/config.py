@@ -19,6 +19,8 @@ from typing import NoReturn, Sequence
 import psutil
 
 from synergy.agent.cores import CoreError, format_cpu_list, parse_cpu_list
+from synergy.agent.launch import LaunchError
+from synergy.agent.users import DEFAULT_USER, lookup
 from synergy.scheduler.gpu_type_names import gpu_type_problem
 from synergy.scheduler.statedir import ADDRESS_FILE, AGENT_ADDRESS_FILE, CLUSTER_TOKEN_FILE, default_state_dir
 
@@ -89,6 +91,11 @@ class AgentConfig:
     #: CODA's contention eliminator (None: off): node bandwidth share and training throughput drop
     contention_threshold: float | None = 0.75
     contention_throughput_drop: float = 0.10
+    #: whom jobs run as (a root agent; docs/agent.md "Running jobs as their users"): the user of a
+    #: job that names none, whether jobs may run as root, or every job as the agent itself
+    default_user: str = DEFAULT_USER
+    allow_root_jobs: bool = False
+    ignore_job_users: bool = False
     log_level: str = "info"
     log_format: str = "json"
 
@@ -169,6 +176,13 @@ def parser() -> argparse.ArgumentParser:
     a("--contention-throughput-drop", type=float, default=0.10, metavar="F", help="... when a training task's "
       "throughput is this fraction below its baseline (default: 0.10)")
     a("--no-contention-eliminator", action="store_true", help="never throttle CPU-only tasks")
+    a("--default-user", default=DEFAULT_USER, metavar="NAME", help="a root agent runs each job as its user "
+      "(spec.user, looked up on this node); a job with no user runs as NAME (default: nobody)")
+    a("--allow-root-jobs", action="store_true", help="let jobs run as root (uid 0): a job whose user is root, "
+      "or every job with --default-user root or --ignore-job-users (default: such a job fails to launch)")
+    a("--ignore-job-users", action="store_true", help="run every job as the agent's own user, whatever its "
+      "user (as before users existed; test clusters, single-tenant nodes); a root agent needs "
+      "--allow-root-jobs with it. An agent that is not root always does this, and says so at start")
     a("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
     a("--log-format", default="json", choices=["json", "text"], help="log format on stderr (default: json)")
     return p
@@ -270,10 +284,12 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
     node_id = ns.node_id or socket.gethostname()
     if not re.fullmatch(r"[A-Za-z0-9._:-]{1,128}", node_id):
         raise ConfigError(f"--node-id: {node_id!r} must be at most 128 letters, digits, '.', '_', ':' or '-'")
+    _check_job_users(ns, node_id)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     work_dir = Path(ns.work_dir) if ns.work_dir else Path(base) / "synergy-agent" / node_id
-    try:
-        (work_dir / "logs").mkdir(parents=True, exist_ok=True)
+    try:  # 0700: the agent's alone (jobs run as other users must not read its state or logs)
+        work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (work_dir / "logs").mkdir(exist_ok=True, mode=0o700)
     except OSError as exc:
         raise ConfigError(f"--work-dir: cannot create {work_dir}: {exc.strerror}") from None
     return AgentConfig(
@@ -307,6 +323,27 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         metrics_host=ns.metrics_host,
         contention_threshold=None if ns.no_contention_eliminator else ns.contention_threshold,
         contention_throughput_drop=ns.contention_throughput_drop,
+        default_user=ns.default_user,
+        allow_root_jobs=ns.allow_root_jobs,
+        ignore_job_users=ns.ignore_job_users,
         log_level=ns.log_level,
         log_format=ns.log_format,
     )
+
+
+def _check_job_users(ns: argparse.Namespace, node_id: str) -> None:
+    """A root agent's --default-user must exist here, and root jobs need --allow-root-jobs."""
+    if os.geteuid() != 0:
+        return  # jobs run as the agent itself (said at start)
+    if ns.ignore_job_users:
+        if not ns.allow_root_jobs:
+            raise ConfigError("--ignore-job-users: the agent runs as root, so every job would run as root: "
+                              "add --allow-root-jobs to mean it")
+        return
+    try:
+        who = lookup(ns.default_user, node_id)
+    except LaunchError as exc:
+        raise ConfigError(f"--default-user: {exc}") from None
+    if who.uid == 0 and not ns.allow_root_jobs:
+        raise ConfigError(f"--default-user: {ns.default_user!r} is root (uid 0): jobs with no user would run as "
+                          "root; add --allow-root-jobs to mean it")

@@ -49,11 +49,13 @@ from synergy.agent.identity import IdentityError, claim
 from synergy.agent.metrics import MetricsServer, MetricsSources
 from synergy.agent.report import node_telemetry_extras, pct, statuses
 from synergy.agent.tasks import Supervisor, TaskKey
+from synergy.agent.users import JobUsers, unreadable_by_others
 from synergy.agent.workdir import work_dir_problem
 from synergy.agent.telemetry import NodeSample, Sampler
 from synergy.common.channel import Backoff
 from synergy.common.logs import configure, event
 from synergy.common.tlsprobe import tls_problem
+from synergy.scheduler.statedir import StateDirError, tighten_permissions
 from synergy.v1 import common_pb2, node_pb2
 
 LOGGER = "synergy-agent"
@@ -104,6 +106,12 @@ class Agent:
         self.cfg = cfg
         self.log = log
         self.identity = claim(cfg.work_dir)  # before re-adopting: the lock holder owns the tasks
+        try:  # jobs run as other users: the work dir (state, exit records, logs) is the agent's alone
+            for change in tighten_permissions(cfg.work_dir):
+                event(log, "agent.work_dir_tightened", level=logging.WARNING, reason=change)
+        except StateDirError as exc:
+            self.identity.release()
+            raise IdentityError(f"--work-dir: {exc}") from None
         try:  # before any cgroup exists: a node with GPUs of two types is refused here
             self.gpus: Gpus = discover(log, cfg.node_id, cfg.fake_gpus, cfg.gpu_type)
         except GpuTypeError:
@@ -129,6 +137,7 @@ class Agent:
             pids_max=cfg.task_pids_max,
             log_max_bytes=cfg.task_log_max_bytes,
             log_keep=cfg.task_log_files,
+            users=JobUsers.for_agent(cfg.node_id, cfg.default_user, cfg.allow_root_jobs, cfg.ignore_job_users),
         )
         self.supervisor.load()  # reported in RegisterNode as recorded; checked by readopt once accepted
         resctrl = Resctrl()
@@ -360,6 +369,14 @@ class Agent:
               cores=format_cpu_list(cfg.cores), task_cores=format_cpu_list(cfg.task_cores),
               mem_gb=round(cfg.mem_gb, 3), gpus=self.gpus.count, fake_gpus=self.gpus.fake, gpu_type=self.gpus.gpu_type,
               work_dir=str(cfg.work_dir))
+        users = self.supervisor.users
+        event(self.log, "agent.job_users", level=logging.INFO if users.switch else logging.WARNING,
+              run_as_users=users.switch, default_user=users.default_user if users.switch else "",
+              allow_root_jobs=users.allow_root, detail=users.describe())
+        if users.switch and cfg.tls_ca and (why := unreadable_by_others(cfg.tls_ca)):
+            event(self.log, "agent.tls_ca_unreadable_by_jobs", level=logging.WARNING, tls_ca=cfg.tls_ca,
+                  reason=f"{why}: jobs run as their users and read it (SYNERGY_TLS_CA) to reach synergyd; give "
+                  "them a world-readable copy (a CA certificate is public)")
         if cfg.metrics_port is not None:
             try:
                 event(self.log, "agent.metrics", address=self.metrics.start(cfg.metrics_host, cfg.metrics_port,

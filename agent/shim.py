@@ -8,7 +8,7 @@ and writes the status (the agent's convention: the code, or -N for signal N) to
 `STATUS_FILE` atomically (into space reserved at start, fsync, rename). Whichever agent instance supervises
 the task then reads that file.
 
-It runs as `python -I -S shim.py STATUS_FILE PID_FD CORES JOIN_FILES LOG MAX_BYTES KEEP EXECUTABLE ARGV...`
+It runs as `python -I -S shim.py STATUS_FILE PID_FD CORES JOIN_FILES LOG MAX_BYTES KEEP RUN_AS EXECUTABLE ARGV...`
 (standard library only, no site packages: it starts in about 10 ms), with the job's
 environment (the job token never appears on its command line). Before it forks the job it
 joins the task's cgroups (writes its pid into each of the comma-separated JOIN_FILES) and
@@ -19,6 +19,15 @@ the pipe as `ERR message` instead of a pid. The shim ignores SIGTERM / SIGINT / 
 own, which is what the agent signals, so a SIGKILL to the job never takes the shim with
 it. The shim asks the kernel's OOM killer to pass it over (oom_score_adj -1000, where
 permitted); the job gets the default back before it execs.
+
+**The job's user** (issue 16, agent/users.py). RUN_AS is "" (the job runs as the shim, i.e. the
+agent) or `UID:GID:GROUPS`: the forked child then drops to that user (supplementary groups,
+gid, uid: in that order, irrevocably), sets a umask of 077 and enters the working dir again
+as the user before it execs. The shim itself stays root: its exit record lives in
+the agent's root-only work dir where the job cannot write, the job cannot signal or trace it
+(another uid), and its environment (the job token) is unreadable to other users. The log is
+created owned by the user (0600). A failure of the drop or of the exec reaches the shim on a
+close-on-exec pipe and fails the launch (`ERR` on the pid pipe) with the reason.
 
 Two things a full work dir must not break (issue 15):
 
@@ -99,8 +108,10 @@ def _fsync_dir(path: str) -> None:
 class Log:
     """The task's log file, capped and rotated; what cannot be written is counted, not blocked on."""
 
-    def __init__(self, path: str, max_bytes: int, keep: int) -> None:
+    def __init__(self, path: str, max_bytes: int, keep: int, owner: tuple = ()) -> None:
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
+        #: (uid, gid) the log files belong to, () for the shim's own
+        self.owner = owner
         self.dropped = 0
         self.why = ""
         self.fd = -1
@@ -108,7 +119,9 @@ class Log:
 
     def _open(self) -> None:
         try:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600 if self.owner else 0o644)
+            if self.owner:
+                os.fchown(self.fd, *self.owner)
             self.size = os.fstat(self.fd).st_size
         except OSError as exc:
             self.fd, self.size, self.why = -1, 0, exc.strerror or str(exc)
@@ -189,6 +202,47 @@ def _enter(pid_fd: int, cores: str, join: str) -> bool:
     return True
 
 
+def parse_run_as(text: str) -> tuple:
+    """"UID:GID:G1,G2" -> (uid, gid, [groups]); "" -> () (no switch)."""
+    if not text:
+        return ()
+    uid, gid, groups = text.split(":")
+    return int(uid), int(gid), [int(g) for g in groups.split(",") if g]
+
+
+def _become(run_as: tuple) -> None:
+    """In the job's child: drop to its user for good (groups, gid, uid), umask 077, re-enter the cwd."""
+    if not run_as:
+        return
+    os.umask(0o077)
+    uid, gid, groups = run_as
+    cwd = os.getcwd()
+    os.setgroups(groups)
+    os.setgid(gid)  # as root: real, effective and saved ids alike
+    os.setuid(uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        raise OSError(f"the switch to uid {uid} gid {gid} did not hold")
+    try:
+        os.chdir(cwd)  # the user may enter it? (the shim entered it as root)
+    except OSError as exc:
+        raise OSError(f"working dir {cwd}: {exc.strerror or exc}") from None
+
+
+def _exec_report(err_r: int) -> str:
+    """What the child said on its close-on-exec pipe before it exited ("" = the exec succeeded)."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(err_r, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    os.close(err_r)
+    return data.decode(errors="replace").strip()
+
+
 def _relay(out_fd: int, log: Log, pid: int) -> int:
     """Copy the job's output into `log` until the job has exited; its wait status.
 
@@ -239,7 +293,8 @@ def _drain(fd: int, log: Log, limit: int = 1 << 30) -> bool:
 
 def main(argv: list) -> int:
     status_path, pid_fd, cores, join = argv[1], int(argv[2]), argv[3], argv[4]
-    log_path, max_bytes, keep, exe, args = argv[5], int(argv[6]), int(argv[7]), argv[8], argv[9:]
+    log_path, max_bytes, keep, run_as = argv[5], int(argv[6]), int(argv[7]), parse_run_as(argv[8])
+    exe, args = argv[9], argv[10:]
     for s in _IGNORED:
         signal.signal(s, signal.SIG_IGN)
     if not _enter(pid_fd, cores, join):
@@ -252,11 +307,14 @@ def main(argv: list) -> int:
         return 1
     _oom_score_adj("-1000")
     out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()  # close-on-exec: EOF once the exec succeeded
     pid = os.fork()
     if pid == 0:
+        step = "start the job"
         try:
             os.close(pid_fd)
             os.close(out_r)
+            os.close(err_r)
             os.close(reserved)
             os.dup2(out_w, 1)
             os.dup2(out_w, 2)
@@ -265,24 +323,43 @@ def main(argv: list) -> int:
             for s in _RESET:
                 signal.signal(s, signal.SIG_DFL)
             _oom_score_adj("0")
+            step = "switch to the job's user"
+            _become(run_as)
+            step = f"run {exe}" + (f" as uid {run_as[0]}" if run_as else "")
             os.execv(exe, args)
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the shim
             try:
-                os.write(2, f"synergy-shim: cannot run {exe}: {exc}\n".encode())
+                os.write(err_w, f"cannot {step}: {exc}".encode())
             except OSError:
                 pass
         os._exit(127)
     os.close(out_w)
+    os.close(err_w)
     try:
         os.setpgid(pid, pid)  # both sides set it: no instant where a signal to the group misses
     except OSError:
         pass
+    failed = _exec_report(err_r)
+    if failed:  # the job never ran: the launch fails with the reason (and the log says it too)
+        os.waitpid(pid, 0)
+        os.close(out_r)
+        os.close(reserved)
+        try:
+            os.unlink(f"{status_path}.reserve")
+        except OSError:
+            pass
+        try:
+            os.write(1, f"synergy-shim: {failed}\n".encode())
+        except OSError:
+            pass
+        os.write(pid_fd, f"ERR {failed}\n".encode())
+        return 1
     try:
         os.write(pid_fd, f"{pid}\n".encode())
     except OSError:
         pass
     os.close(pid_fd)
-    log = Log(log_path, max_bytes, keep)
+    log = Log(log_path, max_bytes, keep, tuple(run_as[:2]))
     status = _relay(out_r, log, pid)
     code = os.waitstatus_to_exitcode(status)
     note = log.close()  # a last try at the log; the record below does not need the disk

@@ -21,9 +21,15 @@ Bad input never raises out of `launch`: an impossible placement, a missing comma
 working directory that does not exist becomes an exited task with a clear message
 (exit code `LAUNCH_FAILED`), and the agent keeps serving its other tasks.
 
+Users (issue 16): a root agent runs each task as the Unix user its `run_as_user` names
+(agent/users.py decides whom; the shim's child drops to that user before the exec); the log
+file is created owned by that user, and a job that names no working dir starts in its
+user's home. An unknown user, or root without --allow-root-jobs, fails the launch.
+
 Layout: the task records and their small rules are in task.py, the OS side of starting a
-process (executable lookup, the shim's pid report, affinity) in launch.py, the shim itself
-in shim.py; this module holds the `Supervisor`, which decides and keeps the books.
+process (executable lookup, the shim's pid report, affinity) in launch.py, whom a task runs
+as in users.py, the shim itself in shim.py; this module holds the `Supervisor`, which
+decides and keeps the books.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 from synergy.agent import state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
@@ -44,6 +50,7 @@ from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tr
 from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
     EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
     TaskKey, key_of_cgroup, log_tail)
+from synergy.agent.users import JobUsers, RunAs
 from synergy.common import contract
 from synergy.common.logs import event
 from synergy.common.tasks import IMPOSSIBLE_PLACEMENT
@@ -69,6 +76,7 @@ class Supervisor:
         pids_max: int = 0,
         log_max_bytes: int = 0,
         log_keep: int = 1,
+        users: JobUsers = JobUsers(),
     ) -> None:
         self.node_id = node_id
         self.cores = tuple(cores)
@@ -89,6 +97,8 @@ class Supervisor:
         self.pids_max = pids_max
         #: each task's log cap (0: none) and how many rotated files it keeps (the shim rotates)
         self.log_max_bytes, self.log_keep = log_max_bytes, log_keep
+        #: whom tasks run as (the default: the agent itself)
+        self.users = users
         self.tasks: dict[TaskKey, Task] = {}
         self.counts = TaskCounts()
         #: the state file was read into `tasks` (load); re-adoption checks them (readopt)
@@ -150,7 +160,11 @@ class Supervisor:
         share = task.share
         if not spec.command:
             raise LaunchError("task.command: empty (nothing to run)")
-        workdir = Path(spec.working_dir) if spec.working_dir else self.work_dir
+        run_as = self.users.run_as(spec.run_as_user)
+        if spec.working_dir:
+            workdir = Path(spec.working_dir)
+        else:  # the agent's work dir is root's alone: a job of another user starts in its home
+            workdir = Path(run_as.default_working_dir()) if run_as else self.work_dir
         if not workdir.is_dir():
             raise LaunchError(f"task.working_dir: {workdir} does not exist or is not a directory")
         held, taken_gpus, mem_used = self._held(task.key)
@@ -178,7 +192,7 @@ class Supervisor:
         except CgroupError as exc:
             self._remove_cgroup(task)
             raise LaunchError(f"cgroup: {exc}") from None
-        env = self._environment(task, spec)
+        env = self._environment(task, spec, run_as)
         try:
             exe = resolve(spec.command[0], workdir, env.get("PATH", os.defpath))
         except LaunchError:
@@ -187,7 +201,7 @@ class Supervisor:
         exit_path = self._exit_path(task)
         exit_path.unlink(missing_ok=True)
         try:
-            out = open(task.log_path, "ab")
+            out = self._open_log(task, run_as)
         except OSError as exc:
             self._remove_cgroup(task)
             raise LaunchError(f"cannot open the log {task.log_path}: {exc.strerror}") from None
@@ -196,7 +210,7 @@ class Supervisor:
             task.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SHIM, str(exit_path), str(w), ",".join(map(str, task.cores)),
                  ",".join(self.cgroups.join_files(task.cgroup)), str(task.log_path), str(self.log_max_bytes),
-                 str(self.log_keep), exe, *spec.command],
+                 str(self.log_keep), run_as.shim_arg() if run_as else "", exe, *spec.command],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -243,7 +257,22 @@ class Supervisor:
             packed_with=task.packed_with,
             cgroup=self.cgroups.kind,
             log=str(task.log_path),
+            user=run_as.name if run_as else "",
+            uid=run_as.uid if run_as else os.geteuid(),
         )
+
+    @staticmethod
+    def _open_log(task: Task, run_as: RunAs | None) -> BinaryIO:
+        """The task's log for the shim's own output: its user's file (0600) when it runs as one."""
+        out = open(task.log_path, "ab")
+        if run_as is not None:
+            try:
+                os.fchown(out.fileno(), run_as.uid, run_as.gid)
+                os.fchmod(out.fileno(), 0o600)
+            except OSError:
+                out.close()
+                raise
+        return out
 
     def _packed_gpus(self, task: Task) -> tuple[int, ...]:
         """The GPU indices of the running task of the job `task` is packed with (its host)."""
@@ -263,11 +292,14 @@ class Supervisor:
                                   f"{carried} tasks (at most {MAX_JOBS_PER_GPU} per GPU)")
         return host.gpu_indices
 
-    def _environment(self, task: Task, spec: node_pb2.TaskSpec) -> dict[str, str]:
-        """The agent's environment minus SYNERGY_*, gRPC's fork settings, the job's env, the contract."""
+    def _environment(self, task: Task, spec: node_pb2.TaskSpec, run_as: RunAs | None = None) -> dict[str, str]:
+        """The agent's environment minus SYNERGY_*, gRPC's fork settings, the job's env, who the
+        job is (HOME, USER, LOGNAME of its user), the contract."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNERGY_")}
         env.update(contract.GRPC_FORK_ENV)
         env.update(spec.env)
+        if run_as is not None:
+            env.update(run_as.env())
         master = spec.master_hostname or (os.uname().nodename if spec.master_node_id == self.node_id else "")
         env.update(
             contract.JobEnv(

@@ -84,7 +84,9 @@ class LocalCluster:
                     "--memory", f"{self.mem_gb_per_agent:g}G", "--fake-gpus", str(self.gpus_per_agent),
                     "--work-dir", str(self.root / node_id), "--cgroup-parent", f"{self.cgroup_prefix}-{node_id}",
                     "--stop-tasks-on-exit", "--stop-grace-s", str(TASK_STOP_GRACE_S),
-                    "--bandwidth-calibration-s", "0.1", "--metrics-port", "-1", "--log-format", "text"]
+                    "--bandwidth-calibration-s", "0.1", "--metrics-port", "-1", "--log-format", "text",
+                    # one person's demo on one machine: its jobs run as whoever started it
+                    "--ignore-job-users", "--allow-root-jobs"]
             started.append(self._spawn(f"agent {node_id}", argv))
         return started
 

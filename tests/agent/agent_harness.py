@@ -17,7 +17,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 class AgentProcess:
-    def __init__(self, daemon: DaemonProcess, work_dir: Path, node_id: str, *extra: str, fake_gpus: int = 1) -> None:
+    def __init__(self, daemon: DaemonProcess, work_dir: Path, node_id: str, *extra: str, fake_gpus: int = 1,
+                 job_users: bool = False, unix_user: str = "", launcher: tuple[str, ...] = ()) -> None:
         self.daemon = daemon
         self.work_dir = Path(work_dir)
         self.node_id = node_id
@@ -25,12 +26,19 @@ class AgentProcess:
         self.cgroup_parent = f"synergy-test-{uuid.uuid4().hex[:8]}"
         self.extra = list(extra)
         self.fake_gpus = fake_gpus
+        #: run jobs as their users (issue 16); off, every job runs as the agent (the tests'
+        #: jobs write to the test's root-owned tmp dirs, and their users are DRF labels)
+        self.job_users = job_users
+        #: start the agent as this Unix user ("" = as the test: root in CI)
+        self.unix_user = unix_user
+        #: how to start `synergy.agent.main` (default: this interpreter, `-m`)
+        self.launcher = launcher or (sys.executable, "-m", "synergy.agent.main")
         self.log_path = self.work_dir.parent / f"agent-{node_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
         return [
-            sys.executable, "-m", "synergy.agent.main",
+            *self.launcher,
             "--daemon", self.daemon.address,
             "--cluster-token-file", str(self.daemon.state_dir / "cluster.token"),
             "--node-id", self.node_id,
@@ -41,6 +49,7 @@ class AgentProcess:
             "--bandwidth-calibration-s", "0.05",
             "--stop-tasks-on-exit",  # tests leave no processes behind (the default leaves tasks running)
             "--log-format", "text",
+            *([] if self.job_users else ["--ignore-job-users", "--allow-root-jobs"]),
             *self.extra,
         ]
 
@@ -51,7 +60,7 @@ class AgentProcess:
         test_env = {name for name, _ in GRPC_FORK_ENV} | {"GRPC_VERBOSITY", "GRPC_TRACE"}
         env = {k: v for k, v in os.environ.items() if k not in test_env}
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log, env=env)
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log, env=env, user=self.unix_user or None)
         admin = self.daemon.admin()
         try:
             wait_for(lambda: self._listed(admin), timeout=30, what=f"agent {self.node_id} to register")

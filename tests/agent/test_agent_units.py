@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -169,3 +173,45 @@ def test_memory_is_kept_in_the_steps_the_daemon_sees(tmp_path: Path) -> None:
     machine = from_args(["--daemon", "127.0.0.1:1", "--cluster-token-file", str(token),
                          "--work-dir", str(tmp_path / "w")])
     assert round(machine.mem_gb, 3) == machine.mem_gb  # what RegisterNode sends is what it holds
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="whom jobs run as is checked only where the agent is root (only "
+                    "root can switch users; a plain agent runs jobs as itself); CI runs as root")
+def test_job_user_flags_are_checked_where_the_agent_is_root(tmp_path: Path) -> None:
+    """Issue 16: a root agent's default user must exist on the node, and root jobs are asked for by name."""
+    token = tmp_path / "t"
+    token.write_text("x" * 20)
+    base = ["--daemon", "127.0.0.1:1", "--cluster-token-file", str(token), "--work-dir", str(tmp_path / "w")]
+    cfg = from_args(base)
+    assert (cfg.default_user, cfg.allow_root_jobs, cfg.ignore_job_users) == ("nobody", False, False)
+    assert stat.S_IMODE((tmp_path / "w").stat().st_mode) == 0o700  # made the agent's alone
+    for extra, message in [
+        (["--default-user", "nosuchuser-x1"], "^--default-user: user 'nosuchuser-x1' is not known on node"),
+        (["--default-user", "root"], r"^--default-user: 'root' is root \(uid 0\).*--allow-root-jobs"),
+        (["--ignore-job-users"], "^--ignore-job-users: the agent runs as root.*--allow-root-jobs"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            from_args([*base, *extra])
+    assert from_args([*base, "--ignore-job-users", "--allow-root-jobs"]).ignore_job_users
+    assert from_args([*base, "--default-user", "root", "--allow-root-jobs"]).default_user == "root"
+
+
+def test_a_file_every_job_reads_must_be_readable_by_others() -> None:
+    """Jobs of other users read --tls-ca (SYNERGY_TLS_CA): the agent warns when they cannot."""
+    from synergy.agent.users import unreadable_by_others
+
+    top = Path(tempfile.mkdtemp())
+    try:
+        ca = top / "ca.pem"
+        ca.write_text("cert")
+        os.chmod(top, 0o755)
+        os.chmod(ca, 0o644)
+        assert unreadable_by_others(str(ca)) == ""
+        os.chmod(ca, 0o600)
+        assert unreadable_by_others(str(ca)) == f"{ca} is not readable by others"
+        os.chmod(ca, 0o644)
+        os.chmod(top, 0o700)
+        assert unreadable_by_others(str(ca)) == f"its dir {top} cannot be entered by others"
+        assert "No such file" in unreadable_by_others(str(top / "missing"))
+    finally:
+        shutil.rmtree(top)

@@ -105,7 +105,7 @@ class TaskProgress(_message.Message):
     def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., throughput: _Optional[float] = ..., baseline_throughput: _Optional[float] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("ref", "job_name", "world_size", "command", "working_dir", "env", "placement", "job_token", "checkpoint_dir", "resume_checkpoint_path", "resume_step", "master_node_id", "master_hostname", "packed_with_job_id")
+    __slots__ = ("ref", "job_name", "world_size", "command", "working_dir", "env", "placement", "job_token", "checkpoint_dir", "resume_checkpoint_path", "resume_step", "master_node_id", "master_hostname", "packed_with_job_id", "run_as_user")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +127,7 @@ class TaskSpec(_message.Message):
     MASTER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     PACKED_WITH_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_AS_USER_FIELD_NUMBER: _ClassVar[int]
     ref: TaskRef
     job_name: str
     world_size: int
@@ -141,7 +142,8 @@ class TaskSpec(_message.Message):
     master_node_id: str
     master_hostname: str
     packed_with_job_id: int
-    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., job_name: _Optional[str] = ..., world_size: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., job_token: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., resume_checkpoint_path: _Optional[str] = ..., resume_step: _Optional[int] = ..., master_node_id: _Optional[str] = ..., master_hostname: _Optional[str] = ..., packed_with_job_id: _Optional[int] = ...) -> None: ...
+    run_as_user: str
+    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., job_name: _Optional[str] = ..., world_size: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., job_token: _Optional[str] = ..., checkpoint_dir: _Optional[str] = ..., resume_checkpoint_path: _Optional[str] = ..., resume_step: _Optional[int] = ..., master_node_id: _Optional[str] = ..., master_hostname: _Optional[str] = ..., packed_with_job_id: _Optional[int] = ..., run_as_user: _Optional[str] = ...) -> None: ...
 
 class Instruction(_message.Message):
     __slots__ = ("kind", "ref", "task", "placement", "stop_grace_s", "reason")

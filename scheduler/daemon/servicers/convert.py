@@ -237,6 +237,7 @@ def instruction_to_msg(ins: Instruction) -> node_pb2.Instruction:
                 master_node_id=job.placements[0].server_id,
                 master_hostname=ins.master_hostname,
                 packed_with_job_id=job.packed_with,
+                run_as_user=job.spec.user,
             )
         )
     return out
