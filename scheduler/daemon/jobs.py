@@ -65,10 +65,12 @@ class JobBook:
                 raise NotFound(f"no job named {ref!r}")
             return named[-1]
 
-    def list(self, states: Iterable[JobState] = (), limit: int = 0) -> list[JobRecord]:
+    def list(self, states: Iterable[JobState] = (), limit: int = 0, user: str | None = None) -> list[JobRecord]:
+        """Jobs in `states` (all when empty), of `user` only unless None; `limit` most recent."""
         wanted = set(states)
         with self.ctx.lock:
-            jobs = [j for j in self.ctx.store.jobs() if not wanted or j.state in wanted]
+            jobs = [j for j in self.ctx.store.jobs()
+                    if (not wanted or j.state in wanted) and (user is None or j.spec.user == user)]
         return jobs[-limit:] if limit else jobs
 
     def progress(self, job: JobRecord) -> tuple[int, float, float] | None:
@@ -97,7 +99,8 @@ class JobBook:
         return out
 
     # -- admission ------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec) -> JobRecord:
+    def submit(self, spec: JobSpec, by: str = "") -> JobRecord:
+        """`by`: who submitted it, for the history (an admin on behalf of `spec.user` says so)."""
         ctx = self.ctx
         with ctx.lock:
             clash = [j for j in ctx.store.jobs_named(spec.name) if not j.state.terminal]
@@ -112,7 +115,7 @@ class JobBook:
                 token=secrets.token_urlsafe(32),
                 submitted_at=now,
                 state=JobState.SUBMITTED,
-                history=(Transition(None, JobState.SUBMITTED, "submitted", now),),
+                history=(Transition(None, JobState.SUBMITTED, f"submitted by {by}" if by else "submitted", now),),
             )
             source = ctx.profiles.source(job)
             if ctx.profiles.needs_profiling(job):
@@ -130,22 +133,25 @@ class JobBook:
                     profile_source=source,
                 )
             ctx.save_jobs([(None, job)])
-            event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source)
+            event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source,
+                  user=spec.user, by=by)
             return job
 
-    def cancel(self, ref: int | str, reason: str) -> JobRecord:
+    def cancel(self, ref: int | str | JobRecord, reason: str, by: str = "") -> JobRecord:
+        """`by`: who cancelled it, for the history."""
         ctx = self.ctx
         with ctx.lock:
-            job = self.find(ref)
+            job = self.get(ref.id) if isinstance(ref, JobRecord) else self.find(ref)
             if job.state == JobState.CANCELLED:
                 return job
             if job.state.terminal:
                 raise FailedPrecondition(f"job {job.id} already ended ({job.state.value}); nothing to cancel")
             now = ctx.clock.now()
-            new = self.with_progress(job).to(JobState.CANCELLED, f"cancelled: {reason or 'no reason given'}", now)
+            who = f" by {by}" if by else ""
+            new = self.with_progress(job).to(JobState.CANCELLED, f"cancelled{who}: {reason or 'no reason given'}", now)
             ctx.save_jobs([(job, new)])
             ctx.profiles.forget(job.id)
-            event(ctx.log, "job.cancelled", job=job.id, reason=reason)
+            event(ctx.log, "job.cancelled", job=job.id, reason=reason, by=by)
             return new
 
     # -- lifecycle moves (caller holds the lock and commits) -------------------------------------
