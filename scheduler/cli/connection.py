@@ -1,9 +1,11 @@
 """Finding synergyd and proving who you are to it, and calling it.
 
 Resolution order, first hit wins (docs/cli.md):
-  socket:  with no --address/$SYNERGY_ADDRESS and no --token-file/$SYNERGY_TOKEN given:
-           --socket, $SYNERGY_SOCKET, else STATE_DIR/synergyd.sock when it exists. No token:
-           synergyd learns the Unix user from the kernel (docs/daemon.md, "Users and security");
+  socket:  --socket or $SYNERGY_SOCKET; else, with no --address/$SYNERGY_ADDRESS, no
+           --token-file/$SYNERGY_TOKEN and no readable STATE_DIR/admin.token (synergyd's own
+           user and root go on acting as the built-in admin, as before users existed),
+           STATE_DIR/synergyd.sock when it exists. No token: synergyd learns the Unix user from
+           the kernel (docs/daemon.md, "Users and security");
   address: --address, $SYNERGY_ADDRESS, the `address` file in the state dir;
   token:   --token-file, $SYNERGY_TOKEN (the token itself), the admin token file in the
            state dir (readable by synergyd's own user only);
@@ -56,6 +58,11 @@ def local_socket(socket_path: str | None, state: str, env: Mapping[str, str]) ->
         return ""
 
 
+def _readable(path: Path) -> bool:
+    """The daemon's own user (or root) can read its admin.token: they act as the built-in admin."""
+    return os.access(path, os.R_OK)
+
+
 def resolve_target(address: str | None, state_dir: str | None, token_file: str | None,
                    tls_ca: str | None = None, environ: Mapping[str, str] | None = None,
                    socket_path: str | None = None, tls_cert: str | None = None,
@@ -68,7 +75,9 @@ def resolve_target(address: str | None, state_dir: str | None, token_file: str |
     if cert and not (tls_ca or env.get("SYNERGY_TLS_CA")):
         raise CliError("--tls-cert needs --tls-ca (the CA of synergyd's own certificate)", ExitCode.USAGE)
     explicit = address or env.get("SYNERGY_ADDRESS") or token_file or env.get("SYNERGY_TOKEN") or cert
-    sock = "" if explicit and not socket_path else local_socket(socket_path, state, env)
+    sock = ""
+    if socket_path or env.get("SYNERGY_SOCKET") or not (explicit or _readable(Path(state) / ADMIN_TOKEN_FILE)):
+        sock = local_socket(socket_path, state, env)
     if sock:
         return Target(address=f"unix:{sock}", origin="--socket" if socket_path else sock)
     origin = "--address" if address else ""
