@@ -237,7 +237,8 @@ class AuthGuard:
         def done(context: Any, outcome: str) -> None:
             if audited:
                 caller = context.caller
-                event(self._log, "audit", method=name, user=caller.name, role=caller.role, via=caller.via,
+                level = logging.INFO if outcome == "OK" else logging.WARNING
+                event(self._log, "audit", level, method=name, user=caller.name, role=caller.role, via=caller.via,
                       outcome=outcome, **context.audit)
 
         return _wrap(handler, "/" + name, check, done)

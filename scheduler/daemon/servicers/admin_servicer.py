@@ -76,8 +76,8 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     def _own_job(self, context: grpc.ServicerContext, ref: str, field: str = "job") -> JobRecord:
         """The job `ref` names, when the caller may act on it (PERMISSION_DENIED naming it otherwise)."""
         job = self.jobs.find(validation.job_ref(ref, field))
-        check_owner(caller_of(context), job.id, job.spec.user)
         audit_note(context, job=job.id)
+        check_owner(caller_of(context), job.id, job.spec.user)
         return job
 
     def _info(
