@@ -185,7 +185,6 @@ def test_drf_between_two_authenticated_users_splits_the_cpu_array(daemon: Daemon
                                      command=["python", "work.py"], profiler="none", env={"FAKE_STEP_S": "0.05"},
                                      iterations=1_000_000)
             job = admin.SubmitJob(admin_pb2.SubmitJobRequest(spec=spec), timeout=5, metadata=md(tokens[name])).job
-            assert job.spec.user == name
             ids[name].append(job.id)
     node = FakeAgent(daemon.address, daemon.cluster_token, "cpu-node", gpus=0, cpus=2, mem_gb=8).start()
     try:
@@ -197,6 +196,8 @@ def test_drf_between_two_authenticated_users_splits_the_cpu_array(daemon: Daemon
 
         wait_for(lambda: sum(running().values()) == 4, what="the node's two CPUs to fill")
         assert running() == {"dana": 2, "erin": 2}
+        jobs = admin.ListJobs(admin_pb2.ListJobsRequest(), timeout=5, metadata=md(tokens["erin"])).jobs
+        assert {j.id for j in jobs} == set(ids["erin"]) and {j.spec.user for j in jobs} == {"erin"}
     finally:
         node.stop()
         for name, i in ids.items():
