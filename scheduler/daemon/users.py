@@ -21,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
 
 from synergy.scheduler.daemon.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
+from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.jobspec import SpecError, rules
+from synergy.scheduler.model import Resources
 
 USER, ADMIN = "user", "admin"
 ROLES = (USER, ADMIN)
@@ -111,6 +113,34 @@ def check_owner(caller: Caller, job_id: int, job_user: str) -> None:
     """PermissionDenied naming the job when `caller` may not see or touch another user's job."""
     if not may_act_on(caller, job_user):
         raise PermissionDenied(f"job {job_id} belongs to another user; {caller.name} may act only on their own jobs")
+
+
+@dataclass
+class UserUsage:
+    """What one user's jobs hold and wait for now (`synergy status`, /metrics)."""
+
+    user: str
+    running: int = 0
+    waiting: int = 0
+    allocated: Resources = field(default_factory=Resources)
+
+
+def usage_by_user(jobs: Iterable[JobRecord]) -> dict[str, UserUsage]:
+    """Per `spec.user` (the authenticated submitter; "" for jobs from before users), over the
+    jobs that have not ended: placed ones and what they hold (a packed job's GPUs are its
+    host's, counted once), and the rest as waiting. Ordered by user."""
+    out: dict[str, UserUsage] = {}
+    for job in jobs:
+        if job.state.terminal:
+            continue
+        u = out.setdefault(job.spec.user, UserUsage(job.spec.user))
+        if job.placed:
+            u.running += 1
+            for node in dict.fromkeys(p.server_id for p in job.placements):
+                u.allocated = u.allocated + job.held_on(node)
+        else:
+            u.waiting += 1
+    return dict(sorted(out.items()))
 
 
 class UserBook:

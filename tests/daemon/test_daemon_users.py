@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -198,6 +199,15 @@ def test_drf_between_two_authenticated_users_splits_the_cpu_array(daemon: Daemon
         assert running() == {"dana": 2, "erin": 2}
         jobs = admin.ListJobs(admin_pb2.ListJobsRequest(), timeout=5, metadata=md(tokens["erin"])).jobs
         assert {j.id for j in jobs} == set(ids["erin"]) and {j.spec.user for j in jobs} == {"erin"}
+        # The per-user figures of `synergy status` and /metrics go by the same identities.
+        status = admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest(), timeout=5, metadata=md(tokens["dana"]))
+        per_user = {u.user: (u.running_jobs, u.waiting_jobs, u.allocated.cpus) for u in status.users}
+        assert per_user["dana"] == per_user["erin"] == (2, 2, 1.0), per_user
+        with urllib.request.urlopen(f"http://{daemon.metrics_address}/metrics", timeout=10) as r:
+            scraped = r.read().decode()
+        for name in ("dana", "erin"):
+            assert f'synergyd_user_jobs{{state="running",user="{name}"}} 2.0' in scraped
+            assert f'synergyd_user_allocated_cpus{{user="{name}"}} 1.0' in scraped
     finally:
         node.stop()
         for name, i in ids.items():

@@ -359,7 +359,7 @@ class GetClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterStatusResponse(_message.Message):
-    __slots__ = ("policy", "mechanism", "round_s", "round_index", "next_round_at_unix_s", "last_decision_ms", "capacity", "allocated", "free", "nodes_total", "nodes_ready", "job_counts", "daemon_version", "started_at_unix_s", "max_job_gpus", "cpu_array")
+    __slots__ = ("policy", "mechanism", "round_s", "round_index", "next_round_at_unix_s", "last_decision_ms", "capacity", "allocated", "free", "nodes_total", "nodes_ready", "job_counts", "daemon_version", "started_at_unix_s", "max_job_gpus", "cpu_array", "users")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     ROUND_S_FIELD_NUMBER: _ClassVar[int]
@@ -376,6 +376,7 @@ class GetClusterStatusResponse(_message.Message):
     STARTED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     MAX_JOB_GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_ARRAY_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
     policy: str
     mechanism: str
     round_s: float
@@ -392,7 +393,20 @@ class GetClusterStatusResponse(_message.Message):
     started_at_unix_s: float
     max_job_gpus: int
     cpu_array: CpuArraySettings
-    def __init__(self, policy: _Optional[str] = ..., mechanism: _Optional[str] = ..., round_s: _Optional[float] = ..., round_index: _Optional[int] = ..., next_round_at_unix_s: _Optional[float] = ..., last_decision_ms: _Optional[float] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., nodes_total: _Optional[int] = ..., nodes_ready: _Optional[int] = ..., job_counts: _Optional[_Iterable[_Union[JobStateCount, _Mapping]]] = ..., daemon_version: _Optional[str] = ..., started_at_unix_s: _Optional[float] = ..., max_job_gpus: _Optional[int] = ..., cpu_array: _Optional[_Union[CpuArraySettings, _Mapping]] = ...) -> None: ...
+    users: _containers.RepeatedCompositeFieldContainer[UserUsage]
+    def __init__(self, policy: _Optional[str] = ..., mechanism: _Optional[str] = ..., round_s: _Optional[float] = ..., round_index: _Optional[int] = ..., next_round_at_unix_s: _Optional[float] = ..., last_decision_ms: _Optional[float] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., nodes_total: _Optional[int] = ..., nodes_ready: _Optional[int] = ..., job_counts: _Optional[_Iterable[_Union[JobStateCount, _Mapping]]] = ..., daemon_version: _Optional[str] = ..., started_at_unix_s: _Optional[float] = ..., max_job_gpus: _Optional[int] = ..., cpu_array: _Optional[_Union[CpuArraySettings, _Mapping]] = ..., users: _Optional[_Iterable[_Union[UserUsage, _Mapping]]] = ...) -> None: ...
+
+class UserUsage(_message.Message):
+    __slots__ = ("user", "running_jobs", "waiting_jobs", "allocated")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    running_jobs: int
+    waiting_jobs: int
+    allocated: _common_pb2.Resources
+    def __init__(self, user: _Optional[str] = ..., running_jobs: _Optional[int] = ..., waiting_jobs: _Optional[int] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ...) -> None: ...
 
 class CpuArraySettings(_message.Message):
     __slots__ = ("borrow_fraction", "trim_training")

@@ -20,7 +20,7 @@ from synergy.scheduler.daemon.tasklogs import find_task, last_lines
 from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
-from synergy.scheduler.daemon.users import Caller, UserBook, UserRecord, check_owner, job_owner
+from synergy.scheduler.daemon.users import Caller, UserBook, UserRecord, check_owner, job_owner, usage_by_user
 from synergy.scheduler.daemon.servicers import convert
 from synergy.scheduler.daemon.servicers.base import Servicer, rpc, stream_rpc
 from synergy.scheduler.model import Cluster, Resources
@@ -274,6 +274,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
             counts: dict[JobState, int] = {}
             for job in self.ctx.store.jobs():
                 counts[job.state] = counts.get(job.state, 0) + 1
+            users = usage_by_user(self.ctx.store.active_jobs())
         capacity, allocated = Resources(), Resources()
         for v in views:
             if v.state in ("ready", "cordoned"):
@@ -302,6 +303,8 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
             cpu_array=admin_pb2.CpuArraySettings(
                 borrow_fraction=self.ctx.config.borrow_fraction, trim_training=self.ctx.config.trim_training
             ),
+            users=[admin_pb2.UserUsage(user=u.user, running_jobs=u.running, waiting_jobs=u.waiting,
+                                       allocated=convert.resources_to_msg(u.allocated)) for u in users.values()],
         )
 
     @rpc
