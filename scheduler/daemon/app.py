@@ -191,7 +191,7 @@ class App:
             self.metrics_server.start()
             self.state_dir.write_address(METRICS_ADDRESS_FILE, f"{cfg.host}:{self.metrics_server.port}")
         if cfg.dashboard_port is not None:
-            self.dashboard = DashboardServer(self, self.history, cfg.dashboard_host, cfg.dashboard_port, admin_token)
+            self.dashboard = DashboardServer(self, self.history, cfg.dashboard_host, cfg.dashboard_port, self.users)
             self.dashboard.start()
             self.state_dir.write_address(DASHBOARD_ADDRESS_FILE, f"{cfg.dashboard_host}:{self.dashboard.port}")
         self.events.start()
