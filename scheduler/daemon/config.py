@@ -138,7 +138,7 @@ HELP: dict[str, str] = {
     "metrics_port": "HTTP port for Prometheus /metrics and /healthz; 0 picks a free one, written to "
     "STATE_DIR/metrics_address (default: off)",
     "dashboard_port": "HTTP port of the read-only web dashboard (docs/dashboard.md); 0 picks a free one, "
-    "written to STATE_DIR/dashboard_address; it asks for the admin token once (default: off)",
+    "written to STATE_DIR/dashboard_address; it asks for a user token (or the admin token) once (default: off)",
     "dashboard_host": "interface the dashboard listens on (default 127.0.0.1: loopback only)",
     "config": "TOML file with any of these settings (keys are flag names); flags win over the file",
     "policy": f"scheduling policy: {', '.join(POLICIES)} (default fifo; changeable at runtime)",
@@ -156,8 +156,8 @@ HELP: dict[str, str] = {
     "normalised throughput is above 1; may be the --profiles file (default: off)",
     "cluster_token_file": "file holding the token agents present (default STATE_DIR/cluster.token, "
     "generated on first start)",
-    "admin_token_file": "file holding the token the CLI presents (default STATE_DIR/admin.token, "
-    "generated on first start)",
+    "admin_token_file": "file holding the token of the built-in admin user 'admin' (default "
+    "STATE_DIR/admin.token, generated on first start)",
     "tls_cert": "PEM server certificate: serve TLS instead of plaintext (needs --tls-key)",
     "tls_key": "PEM private key of --tls-cert",
     "tls_client_ca": "PEM CA: agents must present a client certificate it signed (mutual TLS)",
