@@ -163,7 +163,8 @@ class AuthGuard:
             name = names[0].decode(errors="replace") if isinstance(names[0], bytes) else str(names[0])
             user = self.users.get(name)
             if user is None or not user.active:
-                why = "was revoked" if user is not None else "is no synergy user (an admin adds it: synergy admin users add)"
+                why = ("was revoked" if user is not None
+                       else "is no synergy user (an admin adds it: synergy admin users add)")
                 raise Refused(grpc.StatusCode.UNAUTHENTICATED, f"client certificate CN {name!r} {why}")
             return Caller(user.name, user.role, "client certificate")
         raise Refused(grpc.StatusCode.UNAUTHENTICATED, NO_CREDENTIALS)

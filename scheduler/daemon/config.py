@@ -182,8 +182,8 @@ HELP: dict[str, str] = {
     "log_format": "json (one object per line, default) or text",
 }
 
-_PATHS = {"state_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca",
-          "unix_socket"}
+_PATHS = {"state_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key",
+          "tls_client_ca", "unix_socket"}
 _TYPES: dict[str, type] = {f.name: f.type for f in fields(DaemonConfig)}  # type: ignore[misc]
 
 

@@ -140,7 +140,8 @@ def test_a_spec_naming_another_user_is_refused_but_an_admin_may_submit_on_their_
     assert job in listed(mine)
     info = json.loads(described.out)
     assert info["spec"]["user"] == alice.name
-    assert info["history"][0]["reason"] == f"submitted by root (admin) on behalf of {alice.name} via unix socket (uid 0)"
+    assert info["history"][0]["reason"] == (
+        f"submitted by root (admin) on behalf of {alice.name} via unix socket (uid 0)")
 
 
 # -- user tokens -----------------------------------------------------------------------------------

@@ -331,7 +331,9 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.AddUserResponse(user=_user_info(user), token=token)
 
     @rpc
-    def ListUsers(self, request: admin_pb2.ListUsersRequest, context: grpc.ServicerContext) -> admin_pb2.ListUsersResponse:
+    def ListUsers(
+        self, request: admin_pb2.ListUsersRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ListUsersResponse:
         return admin_pb2.ListUsersResponse(users=[_user_info(u) for u in self.users.list()])
 
     @rpc
