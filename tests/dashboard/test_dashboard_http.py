@@ -106,7 +106,8 @@ def test_a_user_token_sees_only_that_users_jobs(
     assert _get(f"{base}/api/jobs/{mine}", token)[0] == 200
     code, _, body = _get(f"{base}/api/jobs/{theirs}", token)
     assert code == 403 and b"belongs to another user" in body
-    holders = {h["id"]: h["name"] for n in json.loads(_get(f"{base}/api/cluster", token)[2])["nodes"] for h in n["jobs"]}
+    nodes = json.loads(_get(f"{base}/api/cluster", token)[2])["nodes"]
+    holders = {h["id"]: h["name"] for n in nodes for h in n["jobs"]}
     assert holders == {mine: "ivys", theirs: ""}
     code, headers, _ = _get(f"{base}/?token={token}")
     assert code == 303 and headers["Set-Cookie"].startswith(f"synergy_dashboard={token}; HttpOnly")
