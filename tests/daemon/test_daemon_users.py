@@ -3,7 +3,8 @@
 Real Unix users (useradd) call a real synergyd over its Unix socket with the real CLI, run
 as those users (tests/unix_users.py): the kernel's peer credentials, not a token or a spec
 field, say who they are. Tokens and client certificates are checked over real gRPC.
-Skipped, saying why, where users cannot be created (not root, no useradd).
+The tests with Unix users are skipped, saying why, where users cannot be created (not root,
+no useradd); the others run anywhere.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from unix_users import UnixUser, add_user, can_make_users, remove_user, synergy_
 
 from synergy.v1 import admin_pb2, admin_pb2_grpc
 
-pytestmark = pytest.mark.skipif(bool(can_make_users()), reason=can_make_users() or "n/a")
-
 GPU_JOB = ["--gpus", "1", "--profiler", "none", "--command", "python train.py"]
 
 
 @pytest.fixture(scope="module")
 def people() -> Iterator[tuple[UnixUser, UnixUser]]:
+    """Two real Unix users (skipped, saying why, where they cannot be made)."""
+    if can_make_users():
+        pytest.skip(can_make_users())
     alice, bob = add_user("alice"), add_user("bob")
     try:
         yield alice, bob
