@@ -19,6 +19,7 @@ from typing import Iterator
 
 import grpc
 import pytest
+from cli_runner import run_cli
 from pki import make_pki, openssl
 from synergyd_harness import CHANNEL_OPTIONS, DaemonProcess, FakeAgent, md, wait_for
 from unix_users import UnixUser, add_user, can_make_users, remove_user, synergy_as
@@ -219,7 +220,7 @@ def test_drf_between_two_authenticated_users_splits_the_cpu_array(daemon: Daemon
 
 
 # -- client certificates ------------------------------------------------------------------------------
-def test_a_client_certificate_names_an_added_user(tmp_path: Path) -> None:
+def test_a_client_certificate_names_an_added_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pki = tmp_path / "pki"
     pki.mkdir()
     make_pki(pki)
@@ -245,6 +246,9 @@ def test_a_client_certificate_names_an_added_user(tmp_path: Path) -> None:
 
         me = as_cert("frank").WhoAmI(admin_pb2.WhoAmIRequest(), timeout=5)
         assert (me.user, me.role, me.via) == ("frank", "user", "client certificate")
+        run = run_cli(capsys, "--address", agent_port, "--tls-ca", str(pki / "ca.pem"), "--tls-cert",
+                      str(pki / "frank.pem"), "--tls-key", str(pki / "frank.key"), "whoami", "--json")
+        assert run.code == 0 and json.loads(run.out)["user"] == "frank", run
         code, details = refused(as_cert("nobody1").WhoAmI, admin_pb2.WhoAmIRequest())
         assert code == grpc.StatusCode.UNAUTHENTICATED and "'nobody1' is no synergy user" in details
         code, details = refused(as_cert("agent").ListJobs, admin_pb2.ListJobsRequest())  # an agent is no user
