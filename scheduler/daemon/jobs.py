@@ -53,8 +53,9 @@ class JobBook:
             raise NotFound(f"job {job_id} does not exist")
         return job
 
-    def find(self, ref: int | str) -> JobRecord:
-        """A job by id (17, or "17": ASCII digits only) or name (the most recent job of that name)."""
+    def find(self, ref: int | str, user: str | None = None) -> JobRecord:
+        """A job by id (17, or "17": ASCII digits only) or name (the most recent job of that
+        name; `user`: of that user's when they have one, since names are reused once ended)."""
         if isinstance(ref, str):
             ref = validation.job_ref(ref)
         with self.ctx.lock:
@@ -63,7 +64,8 @@ class JobBook:
             named = self.ctx.store.jobs_named(ref)
             if not named:
                 raise NotFound(f"no job named {ref!r}")
-            return named[-1]
+            own = [j for j in named if j.spec.user == user]
+            return (own or named)[-1]
 
     def list(self, states: Iterable[JobState] = (), limit: int = 0, user: str | None = None) -> list[JobRecord]:
         """Jobs in `states` (all when empty), of `user` only unless None; `limit` most recent."""

@@ -3,12 +3,17 @@ following admin.token, and the per-user figures of `synergy status` and /metrics
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from synergy.scheduler.daemon.app import Logic
 from synergy.scheduler.daemon.clock import ManualClock
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import AlreadyExists, InvalidArgument, PermissionDenied
+from synergy.scheduler.daemon.profiles import ProfileBook
 from synergy.scheduler.daemon.records import JobRecord, JobSpec, JobState, Transition
 from synergy.scheduler.daemon.store import MemoryStore, SqliteStore
 from synergy.scheduler.daemon.users import Caller, UserBook, job_owner, usage_by_user
@@ -64,3 +69,16 @@ def test_per_user_figures_count_live_jobs_and_a_packed_gpu_once() -> None:
     assert (usage["alice"].running, usage["alice"].waiting, usage["alice"].allocated) == (1, 0, Resources(1, 4, 8))
     assert (usage["bob"].running, usage["bob"].waiting, usage["bob"].allocated) == (1, 1, Resources(0, 2, 4))
     assert MemoryStore().users() == []
+
+
+def test_a_job_name_means_the_callers_own_job_when_they_have_one() -> None:
+    """Names are reused once a job ends: bob's `cancel train` is his ended job of that name,
+    not alice's live one (which he may not touch); with none of his own, the most recent."""
+    config = DaemonConfig(state_dir=Path("unused"), round_s=10)
+    logic = Logic.build(DaemonContext(config, ManualClock(), MemoryStore(), ProfileBook({})))
+    spec = JobSpec(name="train", command=("x",), gpus=1, profiler="none")
+    bobs = logic.jobs.submit(replace(spec, user="bob"))
+    logic.jobs.cancel(bobs, "done")
+    alices = logic.jobs.submit(replace(spec, user="alice"))
+    assert logic.jobs.find("train", user="bob").id == bobs.id
+    assert logic.jobs.find("train", user="carol").id == logic.jobs.find("train").id == alices.id

@@ -75,9 +75,10 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
 
     def _own_job(self, context: grpc.ServicerContext, ref: str, field: str = "job") -> JobRecord:
         """The job `ref` names, when the caller may act on it (PERMISSION_DENIED naming it otherwise)."""
-        job = self.jobs.find(validation.job_ref(ref, field))
+        caller = caller_of(context)
+        job = self.jobs.find(validation.job_ref(ref, field), user=caller.name)
         audit_note(context, job=job.id)
-        check_owner(caller_of(context), job.id, job.spec.user)
+        check_owner(caller, job.id, job.spec.user)
         return job
 
     def _info(
