@@ -1,6 +1,7 @@
 """The state directory: its layout, and handling it safely from synergyd and the synergy CLI.
 
-Layout (created on first start; secrets are mode 0600, the directory 0700)::
+Layout (created on first start; secrets are mode 0600, the directory 0700, or 0711 with the
+Unix socket in it: others may then reach the socket by name, never list or read the dir)::
 
     STATE_DIR/synergyd.sqlite   jobs, nodes, settings (WAL; holds job tokens)
     STATE_DIR/synergyd.lock     flock held while a daemon runs (or a restore)
@@ -9,6 +10,7 @@ Layout (created on first start; secrets are mode 0600, the directory 0700)::
     STATE_DIR/address           host:port of the gRPC server (written after binding)
     STATE_DIR/metrics_address   host:port of /metrics and /healthz (when enabled)
     STATE_DIR/agent_address     host:port of the mutual-TLS agent port (with --tls-client-ca)
+    STATE_DIR/synergyd.sock     the local Unix socket (users of this machine, no token; mode 0666)
 
 Both shells import this module and nothing of each other: the daemon to own the directory
 (lock, tokens, permissions, the start-up integrity check), the CLI to find the daemon and
@@ -42,6 +44,7 @@ ADDRESS_FILE = "address"
 METRICS_ADDRESS_FILE = "metrics_address"
 DASHBOARD_ADDRESS_FILE = "dashboard_address"
 AGENT_ADDRESS_FILE = "agent_address"
+SOCKET_FILE = "synergyd.sock"
 #: The ports the last run picked for `--port 0` / `--agent-port 0` ("PORT AGENT_PORT"); kept
 #: after exit (the address files are not), so a restart binds them again when free.
 PORTS_FILE = "ports"
@@ -112,15 +115,16 @@ def locked(state_dir: Path) -> Iterator[None]:
 
 
 # -- permissions ------------------------------------------------------------------------------------
-def tighten_permissions(state_dir: Path) -> list[str]:
-    """Make the dir 0700 and its secret files 0600, as ssh insists for keys.
+def tighten_permissions(state_dir: Path, dir_mode: int = 0o700) -> list[str]:
+    """Make the dir `dir_mode` (0700, or 0711 to let others reach the Unix socket in it) and its
+    secret files 0600, as ssh insists for keys.
 
     Returns one message per change (the caller logs them as warnings: a looser mode means the
     secrets may already have been read). Raises StateDirError when a mode cannot be changed
     (the files belong to someone else), since running on readable secrets is unsafe.
     """
     changed: list[str] = []
-    targets = [(Path(state_dir), 0o700)] + [(Path(state_dir) / n, 0o600) for n in SECRET_FILES]
+    targets = [(Path(state_dir), dir_mode)] + [(Path(state_dir) / n, 0o600) for n in SECRET_FILES]
     for path, wanted in targets:
         try:
             mode = stat.S_IMODE(path.lstat().st_mode)
@@ -128,8 +132,9 @@ def tighten_permissions(state_dir: Path) -> list[str]:
             continue
         except OSError as exc:
             raise StateDirError(f"cannot inspect {path} ({_why(exc)})") from None
-        if mode & 0o077 == 0:
+        if mode & 0o077 == wanted & 0o077:
             continue
+        looser = mode & 0o077 & ~wanted  # else tighter than wanted: a 0700 dir that now holds the socket
         try:
             os.chmod(path, wanted)
         except OSError as exc:
@@ -137,7 +142,8 @@ def tighten_permissions(state_dir: Path) -> list[str]:
                 f"{path} has mode {mode:04o} (readable by others) and cannot be tightened ({_why(exc)}); "
                 f"run chmod {wanted:o} {path} as its owner"
             ) from None
-        changed.append(f"{path} had mode {mode:04o}, readable by others: tightened to {wanted:04o}")
+        if looser:
+            changed.append(f"{path} had mode {mode:04o}, readable by others: tightened to {wanted:04o}")
     return changed
 
 
@@ -350,8 +356,9 @@ class StateDir:
         self.path = Path(path)
         self._lock_fd: int | None = None
 
-    def open(self, warn: Callable[[str], None]) -> None:
-        """Create (0700), lock, tighten modes (warning through `warn`), and refuse a lost database.
+    def open(self, warn: Callable[[str], None], dir_mode: int = 0o700) -> None:
+        """Create (`dir_mode`: 0700, 0711 with the Unix socket in it), lock, tighten modes (warning
+        through `warn`), and refuse a lost database.
 
         StateDirLocked when another synergyd holds it; DatabaseDamaged when tokens exist but
         the database is missing or empty.
@@ -361,7 +368,7 @@ class StateDir:
         except OSError as exc:
             raise StateDirError(f"--state-dir {self.path}: cannot create ({_why(exc)})") from None
         self._lock_fd = acquire_lock(self.path)
-        for message in tighten_permissions(self.path):
+        for message in tighten_permissions(self.path, dir_mode):
             warn(message)
         remove_stale_temp_files(self.path)
         require_database_with_tokens(self.path)

@@ -184,7 +184,7 @@ class Admin:
         return common_pb2.JobState.Name(self.describe(job).state).removeprefix("JOB_STATE_").lower()
 
     def jobs(self) -> list[admin_pb2.JobInfo]:
-        return list(self.ListJobs(admin_pb2.ListJobsRequest()).jobs)
+        return list(self.ListJobs(admin_pb2.ListJobsRequest(all_users=True)).jobs)
 
     def close(self) -> None:
         self.channel.close()

@@ -74,7 +74,7 @@ class JobWatch:
         """Refresh every job; returns one line per change worth telling (state, node, pid)."""
         now = time.monotonic()
         events: list[str] = []
-        for info in all_jobs(self.client, admin_pb2.ListJobsRequest()):
+        for info in all_jobs(self.client, admin_pb2.ListJobsRequest(all_users=True)):  # every user's (an admin)
             seen = self.jobs.get(info.id)
             if seen is None:
                 seen = self.jobs[info.id] = JobSeen(info.id, info.name, info.spec.kind or "training", info.spec.gpus)

@@ -50,10 +50,11 @@ def from_rpc_error(err: grpc.RpcError, address: str, timeout_s: float) -> CliErr
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return CliError(details or "synergyd rejected the request as invalid", ExitCode.USAGE)
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        return CliError(f"synergyd did not accept the admin token ({details or 'no detail'}); "
-                        "check --token-file, SYNERGY_TOKEN or --state-dir")
+        return CliError(f"synergyd does not know who you are ({details or 'no detail'}); on its machine use "
+                        "its Unix socket (--socket, --state-dir), elsewhere a user token an admin issued "
+                        "(--token-file, SYNERGY_TOKEN)")
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return CliError(f"permission denied: {details or 'this token may not do that'}")
+        return CliError(f"permission denied: {details or 'you may not do that'}")
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return CliError(f"synergyd at {address} does not support this command "
                         f"({details or 'unimplemented'}); is it an older version?")

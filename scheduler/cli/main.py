@@ -11,7 +11,7 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from synergy.scheduler.cli.commands import admin, cluster, jobs, logs, nodes
+from synergy.scheduler.cli.commands import admin, cluster, jobs, logs, nodes, users
 from synergy.scheduler.cli.connection import DEFAULT_TIMEOUT_S, Client, resolve_target
 from synergy.scheduler.cli.errors import CliError, ExitCode
 from synergy.scheduler.cli.output import emit
@@ -38,12 +38,22 @@ def add_connection_options(p: argparse.ArgumentParser, suppress: bool) -> None:
     g.add_argument("--address", metavar="HOST:PORT", **extra,
                    help="synergyd's gRPC address (default: $SYNERGY_ADDRESS, else STATE_DIR/address)")
     g.add_argument("--state-dir", metavar="DIR", **extra,
-                   help="synergyd's state dir on this machine, to find its address and admin token "
+                   help="synergyd's state dir on this machine, to find its socket, address and admin token "
                         "(default: $SYNERGY_STATE_DIR, else ~/.local/state/synergy)")
+    g.add_argument("--socket", metavar="PATH", **extra,
+                   help="synergyd's Unix socket: you are your Unix user, no token needed (default: "
+                        "$SYNERGY_SOCKET, else STATE_DIR/synergyd.sock when it exists and no address or "
+                        "token is given)")
     g.add_argument("--token-file", metavar="FILE", **extra,
-                   help="file holding the admin token (default: $SYNERGY_TOKEN, else STATE_DIR/admin.token)")
+                   help="file holding your user token, from 'synergy admin users add' (default: $SYNERGY_TOKEN, "
+                        "else STATE_DIR/admin.token)")
     g.add_argument("--tls-ca", metavar="FILE", **extra,
                    help="PEM CA to verify synergyd's TLS certificate (default: $SYNERGY_TLS_CA; plaintext if unset)")
+    g.add_argument("--tls-cert", metavar="FILE", **extra,
+                   help="PEM client certificate whose CN is your user name, for synergyd's mutual-TLS port "
+                        "(with --tls-key; default: $SYNERGY_TLS_CERT)")
+    g.add_argument("--tls-key", metavar="FILE", **extra,
+                   help="PEM key of --tls-cert (default: $SYNERGY_TLS_KEY)")
     g.add_argument("--timeout", type=float, metavar="SECONDS", **(extra or {"default": DEFAULT_TIMEOUT_S}),
                    help=f"give up on synergyd after this long (default {DEFAULT_TIMEOUT_S:g})")
     g.add_argument("--json", action="store_true", **(extra or {"default": False}),
@@ -73,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.register(sub)
     cluster.register(sub)
     admin.register(sub)
+    users.register(sub)
     _add_to_commands(parser)
     return parser
 
@@ -97,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError("--timeout must be a positive number of seconds", ExitCode.USAGE)
 
         def connect() -> Client:
-            target = resolve_target(args.address, args.state_dir, args.token_file, args.tls_ca)
+            target = resolve_target(args.address, args.state_dir, args.token_file, args.tls_ca,
+                                    socket_path=args.socket, tls_cert=args.tls_cert, tls_key=args.tls_key)
             return Client(target, args.timeout)
 
         result = args.func(args, connect)

@@ -37,6 +37,8 @@ from synergy.scheduler.daemon.servicers.admin_servicer import VERSION, AdminServ
 from synergy.scheduler.daemon.servicers.job_servicer import JobServicer
 from synergy.scheduler.daemon.servicers.node_servicer import NodeServicer
 from synergy.scheduler.daemon.store import StateStore, open_store
+from synergy.scheduler.daemon.unixsocket import UnixFront, path_problem, unreachable_because
+from synergy.scheduler.daemon.users import UserBook
 from synergy.scheduler.dashboard.history import History
 from synergy.scheduler.dashboard.server import DashboardServer, SampleEvent
 from synergy.scheduler.statedir import (
@@ -113,6 +115,7 @@ class App:
         self.dashboard: DashboardServer | None = None
         self.events: EventLoop | None = None
         self.store: StateStore | None = None
+        self.unix_front: UnixFront | None = None
         self.address = ""
         #: Set to stop the daemon (signals, or a damaged database); main waits on it.
         self.stopping = threading.Event()
@@ -122,7 +125,13 @@ class App:
     def start(self, event_types: Sequence[type[PeriodicEvent]]) -> None:
         cfg = self.config
         warn = self._warn_state_dir
-        self.state_dir.open(warn)
+        socket_path = cfg.unix_socket_path
+        if socket_path is not None and cfg.unix_socket is None and path_problem(socket_path):
+            event(self.log, "unix_socket.off", logging.WARNING, path=str(socket_path),
+                  message=f"no Unix socket: {path_problem(socket_path)}; pass --unix-socket PATH")
+            socket_path = None
+        in_state_dir = socket_path is not None and socket_path.parent.resolve() == cfg.state_dir.resolve()
+        self.state_dir.open(warn, 0o711 if in_state_dir else 0o700)
         # The database before the tokens: a start that dies in between (a full disk) leaves
         # a database without tokens, which the next start completes, never tokens without it.
         self.store = open_store(cfg.state_dir, self._database_damaged)
@@ -137,18 +146,23 @@ class App:
         self.jobs, self.reconciler, self.nodes = logic.jobs, logic.reconciler, logic.nodes
         self.leases, self.rounds, self.profiling = logic.leases, logic.rounds, logic.profiling
         logic.recover()
+        self.users = UserBook(self.store, self.clock)
+        change = self.users.ensure_builtin_admin(admin_token)  # the upgrade path from one shared token
+        if change:
+            event(self.log, "users.admin_token", message=change)
         auth = AuthGuard(
-            admin_token, cluster_token, ctx.job_tokens, ctx.metrics, self.log, agent_mtls=cfg.tls_client_ca is not None
+            self.users, cluster_token, ctx.job_tokens, ctx.metrics, self.log, agent_mtls=cfg.tls_client_ca is not None
         )
         self.loop = LoopThread()
         self.servers = servers = self.loop.run(
             build(
                 cfg,
                 [auth, strict_decoding],
-                AdminServicer(ctx, self.jobs, self.nodes, self.rounds, self.started_at),
+                AdminServicer(ctx, self.jobs, self.nodes, self.rounds, self.started_at, self.users),
                 JobServicer(ctx, self.leases),
                 NodeServicer(ctx, self.nodes),
                 self.state_dir.previous_ports(),
+                local_port=socket_path is not None,
             )
         )
         extra: list[PeriodicEvent] = []
@@ -157,6 +171,15 @@ class App:
             extra.append(SampleEvent(self, self.history))
         self.events = EventLoop([*(t(self) for t in event_types), *extra], self.clock, self.log)
         self.loop.run(servers.server.start())
+        if socket_path is not None and servers.local_port is not None:
+            self.unix_front = UnixFront(socket_path, servers.local_port, self.log)
+            self.loop.run(self.unix_front.start())
+            auth.local_peers = self.unix_front.peers
+            why = unreachable_because(socket_path)
+            if why:
+                event(self.log, "unix_socket.unreachable", logging.WARNING, path=str(socket_path),
+                      message=f"other users cannot reach the socket: {why}; pass --unix-socket in a directory "
+                              "they may enter, or a --state-dir outside a private home")
         self.loop.run(servers.set_serving(True))
         self.address = f"{cfg.host}:{self.servers.port}"
         self.state_dir.write_address(ADDRESS_FILE, self.address)
@@ -170,7 +193,7 @@ class App:
             self.metrics_server.start()
             self.state_dir.write_address(METRICS_ADDRESS_FILE, f"{cfg.host}:{self.metrics_server.port}")
         if cfg.dashboard_port is not None:
-            self.dashboard = DashboardServer(self, self.history, cfg.dashboard_host, cfg.dashboard_port, admin_token)
+            self.dashboard = DashboardServer(self, self.history, cfg.dashboard_host, cfg.dashboard_port, self.users)
             self.dashboard.start()
             self.state_dir.write_address(DASHBOARD_ADDRESS_FILE, f"{cfg.dashboard_host}:{self.dashboard.port}")
         self.events.start()
@@ -187,6 +210,7 @@ class App:
             packing=f"{len(self.rounds.pairs)} pairs from {cfg.pairs}" if self.rounds.pairs is not None else "off",
             round_s=cfg.round_s,
             tls=cfg.tls_cert is not None,
+            unix_socket=str(socket_path) if self.unix_front is not None else None,
             agent_port=self.servers.agent_port,
             metrics_port=self.metrics_server.port if self.metrics_server else None,
             dashboard_port=self.dashboard.port if self.dashboard else None,
@@ -221,6 +245,8 @@ class App:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Graceful: stop answering, finish in-flight RPCs, persist progress, release the dir."""
+        if self.unix_front is not None and self.loop is not None:
+            self.loop.run(self.unix_front.stop())
         if self.servers is not None:
             self.loop.run(self.servers.set_serving(False))
             self.loop.run(self.servers.server.stop(grace_s), timeout=grace_s + 10)

@@ -21,7 +21,7 @@ from synergy.scheduler.placement.scorers import SCORERS
 from synergy.scheduler.profiles.format import ProfileError, read_profile_file
 from synergy.scheduler.profiles.pairs import PAIRS_KEY, load_pairs
 from synergy.scheduler.registry import MECHANISMS, POLICIES
-from synergy.scheduler.statedir import default_state_dir
+from synergy.scheduler.statedir import SOCKET_FILE, default_state_dir
 
 
 class ConfigError(ValueError):
@@ -63,6 +63,8 @@ class DaemonConfig:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     agent_port: int = 0
+    #: The local Unix socket (unixsocket.py): None = STATE_DIR/synergyd.sock; "off" = none.
+    unix_socket: Path | None = None
     lease_grace_s: float | None = None
     node_timeout_s: float | None = None
     launch_timeout_s: float | None = None
@@ -73,6 +75,13 @@ class DaemonConfig:
     max_message_mb: float = 4.0
     log_level: str = "info"
     log_format: str = "json"
+
+    @property
+    def unix_socket_path(self) -> Path | None:
+        """Where the local Unix socket listens (None: --unix-socket off)."""
+        if self.unix_socket is None:
+            return self.state_dir / SOCKET_FILE
+        return None if str(self.unix_socket) == "off" else self.unix_socket
 
     @property
     def cpu_array(self) -> CpuArray:
@@ -129,7 +138,7 @@ HELP: dict[str, str] = {
     "metrics_port": "HTTP port for Prometheus /metrics and /healthz; 0 picks a free one, written to "
     "STATE_DIR/metrics_address (default: off)",
     "dashboard_port": "HTTP port of the read-only web dashboard (docs/dashboard.md); 0 picks a free one, "
-    "written to STATE_DIR/dashboard_address; it asks for the admin token once (default: off)",
+    "written to STATE_DIR/dashboard_address; it asks for a user token (or the admin token) once (default: off)",
     "dashboard_host": "interface the dashboard listens on (default 127.0.0.1: loopback only)",
     "config": "TOML file with any of these settings (keys are flag names); flags win over the file",
     "policy": f"scheduling policy: {', '.join(POLICIES)} (default fifo; changeable at runtime)",
@@ -147,13 +156,16 @@ HELP: dict[str, str] = {
     "normalised throughput is above 1; may be the --profiles file (default: off)",
     "cluster_token_file": "file holding the token agents present (default STATE_DIR/cluster.token, "
     "generated on first start)",
-    "admin_token_file": "file holding the token the CLI presents (default STATE_DIR/admin.token, "
-    "generated on first start)",
+    "admin_token_file": "file holding the token of the built-in admin user 'admin' (default "
+    "STATE_DIR/admin.token, generated on first start)",
     "tls_cert": "PEM server certificate: serve TLS instead of plaintext (needs --tls-key)",
     "tls_key": "PEM private key of --tls-cert",
     "tls_client_ca": "PEM CA: agents must present a client certificate it signed (mutual TLS)",
     "agent_port": "with --tls-client-ca: port where agents connect presenting client certificates "
     "(0 picks a free one, written to STATE_DIR/agent_address; default 0)",
+    "unix_socket": "local Unix socket where users of this machine call synergyd with no token: the kernel's peer "
+    "credentials name the Unix user (root and synergyd's own user are admins); mode 0666; 'off' for none "
+    "(default STATE_DIR/synergyd.sock; the state dir is then 0711 so others can reach it)",
     "lease_grace_s": "a job rank that has not renewed for this long is lost and requeued "
     "(default: 3 renew intervals, at least 2 s)",
     "node_timeout_s": "a node without heartbeat for this long is lost and its jobs requeued "
@@ -170,7 +182,8 @@ HELP: dict[str, str] = {
     "log_format": "json (one object per line, default) or text",
 }
 
-_PATHS = {"state_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key", "tls_client_ca"}
+_PATHS = {"state_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key",
+          "tls_client_ca", "unix_socket"}
 _TYPES: dict[str, type] = {f.name: f.type for f in fields(DaemonConfig)}  # type: ignore[misc]
 
 

@@ -24,6 +24,7 @@ from synergy.scheduler.daemon.rounds import RoundLoop
 from synergy.scheduler.daemon.metrics import set_resources
 from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.daemon.servicers.admin_servicer import proportional_share
+from synergy.scheduler.daemon.users import usage_by_user
 from synergy.scheduler.model import Cluster, Resources
 
 
@@ -183,6 +184,7 @@ def refresh_gauges(parts: Parts) -> None:
                 checkpoints.append((str(job.id), max(0.0, now - since), job.checkpoint_step))
         views = parts.nodes.list()
         placed = [j for j in ctx.store.active_jobs() if j.placed]
+        users = usage_by_user(ctx.store.active_jobs())
         cluster = parts.rounds.cluster()
     m.job_checkpoint_age.clear()
     m.job_checkpoint_step.clear()
@@ -206,6 +208,12 @@ def refresh_gauges(parts: Parts) -> None:
     for kind, value in (("capacity", capacity), ("allocated", allocated), ("free", free)):
         set_resources(m.resources, (kind,), value)
     _job_gauges(parts, placed, cluster)
+    for gauge in (m.user_jobs, *m.user_allocated.values()):
+        gauge.clear()
+    for u in users.values():
+        m.user_jobs.labels(u.user, "running").set(u.running)
+        m.user_jobs.labels(u.user, "waiting").set(u.waiting)
+        set_resources(m.user_allocated, (u.user,), u.allocated)
 
 
 def _job_gauges(parts: Parts, placed: list[JobRecord], cluster: Cluster) -> None:

@@ -53,8 +53,9 @@ class JobBook:
             raise NotFound(f"job {job_id} does not exist")
         return job
 
-    def find(self, ref: int | str) -> JobRecord:
-        """A job by id (17, or "17": ASCII digits only) or name (the most recent job of that name)."""
+    def find(self, ref: int | str, user: str | None = None) -> JobRecord:
+        """A job by id (17, or "17": ASCII digits only) or name (the most recent job of that
+        name; `user`: of that user's when they have one, since names are reused once ended)."""
         if isinstance(ref, str):
             ref = validation.job_ref(ref)
         with self.ctx.lock:
@@ -63,12 +64,15 @@ class JobBook:
             named = self.ctx.store.jobs_named(ref)
             if not named:
                 raise NotFound(f"no job named {ref!r}")
-            return named[-1]
+            own = [j for j in named if j.spec.user == user]
+            return (own or named)[-1]
 
-    def list(self, states: Iterable[JobState] = (), limit: int = 0) -> list[JobRecord]:
+    def list(self, states: Iterable[JobState] = (), limit: int = 0, user: str | None = None) -> list[JobRecord]:
+        """Jobs in `states` (all when empty), of `user` only unless None; `limit` most recent."""
         wanted = set(states)
         with self.ctx.lock:
-            jobs = [j for j in self.ctx.store.jobs() if not wanted or j.state in wanted]
+            jobs = [j for j in self.ctx.store.jobs()
+                    if (not wanted or j.state in wanted) and (user is None or j.spec.user == user)]
         return jobs[-limit:] if limit else jobs
 
     def progress(self, job: JobRecord) -> tuple[int, float, float] | None:
@@ -97,7 +101,8 @@ class JobBook:
         return out
 
     # -- admission ------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec) -> JobRecord:
+    def submit(self, spec: JobSpec, by: str = "") -> JobRecord:
+        """`by`: who submitted it, for the history (an admin on behalf of `spec.user` says so)."""
         ctx = self.ctx
         with ctx.lock:
             clash = [j for j in ctx.store.jobs_named(spec.name) if not j.state.terminal]
@@ -112,7 +117,7 @@ class JobBook:
                 token=secrets.token_urlsafe(32),
                 submitted_at=now,
                 state=JobState.SUBMITTED,
-                history=(Transition(None, JobState.SUBMITTED, "submitted", now),),
+                history=(Transition(None, JobState.SUBMITTED, f"submitted by {by}" if by else "submitted", now),),
             )
             source = ctx.profiles.source(job)
             if ctx.profiles.needs_profiling(job):
@@ -130,22 +135,25 @@ class JobBook:
                     profile_source=source,
                 )
             ctx.save_jobs([(None, job)])
-            event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source)
+            event(ctx.log, "job.submitted", job=job.id, job_name=job.name, gpus=spec.gpus, profile=source,
+                  user=spec.user, by=by)
             return job
 
-    def cancel(self, ref: int | str, reason: str) -> JobRecord:
+    def cancel(self, ref: int | str | JobRecord, reason: str, by: str = "") -> JobRecord:
+        """`by`: who cancelled it, for the history."""
         ctx = self.ctx
         with ctx.lock:
-            job = self.find(ref)
+            job = self.get(ref.id) if isinstance(ref, JobRecord) else self.find(ref)
             if job.state == JobState.CANCELLED:
                 return job
             if job.state.terminal:
                 raise FailedPrecondition(f"job {job.id} already ended ({job.state.value}); nothing to cancel")
             now = ctx.clock.now()
-            new = self.with_progress(job).to(JobState.CANCELLED, f"cancelled: {reason or 'no reason given'}", now)
+            who = f" by {by}" if by else ""
+            new = self.with_progress(job).to(JobState.CANCELLED, f"cancelled{who}: {reason or 'no reason given'}", now)
             ctx.save_jobs([(job, new)])
             ctx.profiles.forget(job.id)
-            event(ctx.log, "job.cancelled", job=job.id, reason=reason)
+            event(ctx.log, "job.cancelled", job=job.id, reason=reason, by=by)
             return new
 
     # -- lifecycle moves (caller holds the lock and commits) -------------------------------------

@@ -114,6 +114,15 @@ class Metrics:
                         f"A placed job's GPU-proportional share ({unit}).", ["job", "name"], registry=r)
             for unit in RESOURCE_UNITS
         }
+        # Per user (spec.user, the authenticated submitter), over jobs that have not ended; set at
+        # scrape time, users with no such job dropped.
+        self.user_jobs = Gauge("synergyd_user_jobs", "Jobs of a user that have not ended: running or waiting.",
+                               ["user", "state"], registry=r)
+        self.user_allocated = {
+            unit: Gauge(f"synergyd_user_allocated_{unit}", f"What a user's placed jobs hold ({unit}).", ["user"],
+                        registry=r)
+            for unit in RESOURCE_UNITS
+        }
         self.job_throughput = Gauge(
             "synergyd_job_throughput_samples_per_second", "A placed job's latest reported throughput.",
             ["job", "name"], registry=r)

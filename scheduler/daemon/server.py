@@ -94,6 +94,8 @@ class Servers:
     health: health.aio.HealthServicer
     port: int
     agent_port: int | None
+    #: Plaintext loopback port the Unix socket relays to (unixsocket.py); None without a socket.
+    local_port: int | None = None
 
     async def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -108,8 +110,12 @@ async def build(
     jobs: job_pb2_grpc.JobServiceServicer,
     nodes: node_pb2_grpc.NodeServiceServicer,
     previous_ports: tuple[int, int] = (0, 0),
+    local_port: bool = False,
 ) -> Servers:
     """Create and bind (not start) the server; must run on the loop that will serve it.
+
+    `local_port`: also listen on a plaintext 127.0.0.1 port, where the Unix socket relays
+    its connections (unixsocket.py).
 
     `previous_ports` (port, agent port) are the ones an earlier run with the same state dir
     picked for `--port 0` / `--agent-port 0`: tried first, so agents and jobs that read the
@@ -136,7 +142,8 @@ async def build(
     if config.tls_client_ca is not None:
         agent_port = _bind(server, config.host, config.agent_port, _credentials(config, client_auth=True),
                            previous_ports[1])
-    return Servers(server, health_servicer, port, agent_port)
+    local = _bind(server, "127.0.0.1", 0, None) if local_port else None
+    return Servers(server, health_servicer, port, agent_port, local)
 
 
 def _credentials(config: DaemonConfig, client_auth: bool) -> grpc.ServerCredentials | None:

@@ -1,19 +1,20 @@
-"""The dashboard's HTTP server: static pages, plotly.js and JSON views, behind the admin token.
+"""The dashboard's HTTP server: static pages, plotly.js and JSON views, behind user tokens.
 
 Read-only (GET only). It runs in the daemon shell, beside /metrics, on the standard library's
 threaded HTTP server: the pages poll the JSON endpoints every few seconds, which needs nothing
 more. The scheduling core never sees it.
 
-Authentication: the CLI's admin token (STATE_DIR/admin.token). A browser opens
+Authentication: a user token (`synergy admin users add`; STATE_DIR/admin.token is the
+built-in admin's), checked like synergyd's gRPC calls (users.UserBook.by_token: hashed,
+constant time, a revoked token refused at once). A browser opens
 `http://HOST:PORT/?token=TOKEN` once; the server answers with an HttpOnly cookie and a
 redirect to the same page without the token, and every later request presents the cookie.
-Scripts may send `Authorization: Bearer TOKEN` instead. Users do not exist yet (issue 16):
-until they do, whoever has the admin token sees every job.
+Scripts may send `Authorization: Bearer TOKEN` instead. An admin sees every job; a plain
+user sees their own jobs, and other users' jobs on the node view only as ids.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 import logging
@@ -24,6 +25,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from synergy.scheduler.daemon.events import Parts, PeriodicEvent
+from synergy.scheduler.daemon.users import ADMIN, UserBook
 from synergy.scheduler.daemon.logs import LOGGER, event
 from synergy.scheduler.daemon.server import BindError
 from synergy.scheduler.dashboard import views
@@ -59,7 +61,7 @@ class SampleEvent(PeriodicEvent):
 class DashboardServer:
     """`port=0` picks a free port (see `.port`)."""
 
-    def __init__(self, parts: Parts, history: History, host: str, port: int, token: str) -> None:
+    def __init__(self, parts: Parts, history: History, host: str, port: int, users: UserBook) -> None:
         log = logging.getLogger(LOGGER)
         assets: dict[str, tuple[bytes, str]] = {}
         assets_lock = threading.Lock()
@@ -73,18 +75,27 @@ class DashboardServer:
                         assets[name] = (static_text(name).encode(), _STATIC.get(name, "text/html"))
                 return assets[name]
 
-        routes: dict[str, Callable[[dict[str, list[str]]], Any]] = {
-            "/api/cluster": lambda q: views.cluster(parts),
-            "/api/jobs": lambda q: views.jobs(parts),
-            "/api/history": lambda q: views.history(parts, history, _window(q)),
+        #: Each view with who asks: None = an admin (everything), else the user's name.
+        routes: dict[str, Callable[[dict[str, list[str]], str | None], Any]] = {
+            "/api/cluster": lambda q, who: views.cluster(parts, who),
+            "/api/jobs": lambda q, who: views.jobs(parts, who),
+            "/api/history": lambda q, who: views.history(parts, history, _window(q)),
         }
+
+        def viewer(token: str) -> str | None | bool:
+            """None: an admin; a name: that plain user; False: no valid token."""
+            user = users.by_token(token) if token else None
+            if user is None:
+                return False
+            return None if user.role == ADMIN else user.name
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 url = urlsplit(self.path)
                 query = parse_qs(url.query)
                 path = url.path.rstrip("/") or "/"
-                if "token" in query and hmac.compare_digest(query["token"][0], token):
+                if "token" in query and viewer(query["token"][0]) is not False:
+                    token = query["token"][0]
                     rest = {k: v for k, v in query.items() if k != "token"}
                     self.send_response(303)
                     self.send_header("Set-Cookie", f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/")
@@ -92,16 +103,17 @@ class DashboardServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                if not self._authorised():
+                who = self._viewer()
+                if who is False:
                     body = static_text("login.html").encode()
                     return self._reply(401, body, "text/html")
                 try:
-                    self._route(path, query)
+                    self._route(path, query, who)
                 except Exception:  # noqa: BLE001 (one failed view is a 500, never a dead daemon)
                     event(log, "dashboard.failed", logging.ERROR, exc_info=True, path=path)
                     self._reply(500, b'{"error": "internal error; see the daemon log"}', "application/json")
 
-            def _route(self, path: str, query: dict[str, list[str]]) -> None:
+            def _route(self, path: str, query: dict[str, list[str]], who: str | None) -> None:
                 if path in _PAGES or _JOB_PAGE.match(path):
                     body, ctype = asset("job.html" if _JOB_PAGE.match(path) else _PAGES[path])
                     return self._reply(200, body, ctype)
@@ -112,23 +124,26 @@ class DashboardServer:
                     body, ctype = asset(name)
                     return self._reply(200, body, ctype, cache=True)
                 if path in routes:
-                    return self._json(200, routes[path](query))
+                    return self._json(200, routes[path](query, who))
                 m = _JOB_API.match(path)
                 if m:
                     found = views.job(parts, history, int(m.group(1)))
                     if found is None:
                         return self._json(404, {"error": f"no job {m.group(1)}"})
+                    if who is not None and found["user"] != who:
+                        return self._json(403, {"error": f"job {m.group(1)} belongs to another user"})
                     return self._json(200, found)
                 self._json(404, {"error": f"not found: {path}; try / or /api/cluster"})
 
-            def _authorised(self) -> bool:
+            def _viewer(self) -> str | None | bool:
+                """Who presents the bearer header or the cookie (see `viewer`)."""
                 header = self.headers.get("Authorization", "")
-                if header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip(), token):
-                    return True
+                if header.startswith("Bearer "):
+                    return viewer(header[7:].strip())
                 for part in self.headers.get("Cookie", "").split(";"):
                     name, _, value = part.strip().partition("=")
-                    if name == COOKIE and hmac.compare_digest(value, token):
-                        return True
+                    if name == COOKIE:
+                        return viewer(value)
                 return False
 
             def _json(self, code: int, doc: Any) -> None:
@@ -153,7 +168,7 @@ class DashboardServer:
         self.port = self._httpd.server_address[1]
         if not ipaddress.ip_address(self._httpd.server_address[0]).is_loopback:
             event(log, "dashboard.exposed", logging.WARNING, host=host, port=self.port,
-                  advice="plain HTTP beyond this machine: the admin token crosses the network in the clear; "
+                  advice="plain HTTP beyond this machine: user tokens cross the network in the clear; "
                          "prefer the loopback default and an SSH tunnel (docs/dashboard.md)")
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="dashboard-http", daemon=True)
 

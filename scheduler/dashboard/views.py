@@ -84,20 +84,23 @@ def _job_row(parts: Parts, job: JobRecord, cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def jobs(parts: Parts) -> dict[str, Any]:
+def jobs(parts: Parts, user: str | None = None) -> dict[str, Any]:
     """Every active job and the latest `FINISHED_LISTED` finished ones (a long-lived cluster
-    has finished jobs by the ten thousand: `synergy jobs` pages through them)."""
+    has finished jobs by the ten thousand: `synergy jobs` pages through them); `user`: only
+    that user's (a plain user's view; None: everyone's)."""
     with parts.ctx.lock:
         cluster = parts.rounds.cluster()
-        every = sorted(parts.ctx.store.jobs(), key=lambda j: j.id)
+        every = sorted((j for j in parts.ctx.store.jobs() if user is None or j.spec.user == user), key=lambda j: j.id)
         finished = [j for j in every if j.state.terminal]
         shown = {j.id for j in finished[-FINISHED_LISTED:]}
         rows = [_job_row(parts, j, cluster) for j in every if not j.state.terminal or j.id in shown]
     return {"now": parts.ctx.clock.now(), "jobs": rows, "finished_not_listed": len(finished) - len(shown)}
 
 
-def cluster(parts: Parts) -> dict[str, Any]:
-    """Every node with its capacity, what each placed job holds on it, and its telemetry."""
+def cluster(parts: Parts, user: str | None = None) -> dict[str, Any]:
+    """Every node with its capacity, what each placed job holds on it, and its telemetry;
+    `user`: a plain user's view, where other users' jobs show their id and what they hold
+    (as `synergy nodes` does), not their name."""
     ctx, rounds = parts.ctx, parts.rounds
     with ctx.lock:
         views = parts.nodes.list()
@@ -121,7 +124,8 @@ def cluster(parts: Parts) -> dict[str, Any]:
             # The share on this node: the job's share scaled to the GPUs it holds here.
             share = shares.get(job_id)
             share_here = None if share is None or not job.spec.gpus else share.scale(held.gpus / job.spec.gpus)
-            holders.append({"id": job.id, "name": job.name, "state": job.state.value, "held": _res(held),
+            name = job.name if user is None or job.spec.user == user else ""
+            holders.append({"id": job.id, "name": name, "state": job.state.value, "held": _res(held),
                             "share": _res(share_here), "packed_with": job.packed_with})
         nodes.append({
             "id": r.id,

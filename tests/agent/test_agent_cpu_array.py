@@ -161,7 +161,7 @@ def test_a_gpu_less_node_hosts_cpu_jobs_by_drf_between_users_and_never_training(
         b1 = cpu_job("b1", "bob")
         _wait(lambda: admin.describe(b1).waiting_reason.startswith("waiting for 0.5 CPUs"),
               "bob's job to wait for room", admin, [c0], jobs)
-        listing = run_cli(capsys, "--state-dir", str(d.state_dir), "jobs")
+        listing = run_cli(capsys, "--state-dir", str(d.state_dir), "jobs", "--all")
         assert any(" b1 " in x and " bob " in x for x in listing.out.splitlines()), listing.out
         described = run_cli(capsys, "--state-dir", str(d.state_dir), "describe", "a5")
         assert any(x.split()[:2] == ["user", "alice"] for x in described.out.splitlines()), described.out

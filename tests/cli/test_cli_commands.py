@@ -192,7 +192,7 @@ def test_address_and_token_from_the_environment(cli, synergyd, monkeypatch: pyte
 
     monkeypatch.setenv("SYNERGY_TOKEN", "not-the-admin-token")
     run = cli("jobs", state_dir=False)
-    assert run.code == 1 and "admin token" in one_line(run.err)
+    assert run.code == 1 and "does not know who you are" in one_line(run.err)
     assert "not-the-admin-token" not in run.err
 
 

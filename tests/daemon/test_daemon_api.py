@@ -56,7 +56,8 @@ def test_first_start_generates_owner_only_tokens(daemon: DaemonProcess) -> None:
     for name in ("admin.token", "cluster.token", "synergyd.sqlite"):
         mode = stat.S_IMODE((daemon.state_dir / name).stat().st_mode)
         assert mode == 0o600, (name, oct(mode))
-    assert stat.S_IMODE(daemon.state_dir.stat().st_mode) == 0o700
+    # 0711: others may enter the dir to reach the Unix socket (issue 16), never list or read it.
+    assert stat.S_IMODE(daemon.state_dir.stat().st_mode) == 0o711
     assert (daemon.state_dir / "address").read_text().strip() == daemon.address
 
 
@@ -78,7 +79,7 @@ def test_missing_or_wrong_token_is_unauthenticated(daemon: DaemonProcess) -> Non
 def test_a_token_of_the_wrong_kind_is_permission_denied(daemon: DaemonProcess, node) -> None:
     a = Admin(daemon.address, daemon.cluster_token)  # agent token on the admin service
     code, details = code_of(a.stub.ListJobs, admin_pb2.ListJobsRequest(), metadata=a.md)
-    assert code == grpc.StatusCode.PERMISSION_DENIED and "admin token" in details
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "user token" in details
     a.close()
     request = node_pb2.RegisterNodeRequest(node_id="x", capacity=common_pb2.Resources(gpus=1, cpus=1, mem_gb=1))
     code, _ = code_of(node.RegisterNode, request, metadata=md(daemon.admin_token))

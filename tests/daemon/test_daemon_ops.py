@@ -47,12 +47,13 @@ def test_drain_moves_jobs_and_lost_node_requeues(start_daemon, start_agent) -> N
     home = admin.describe("mover").placements[0].node_id
     other, other_agent = ("n2", a2) if home == "n1" else ("n1", a1)
     node = admin.DrainNode(admin_pb2.DrainNodeRequest(node_id=home, reason="swap disk")).node
-    assert node.state == common_pb2.NODE_STATE_DRAINING and node.state_reason == "swap disk"
+    # The reason says who drained it (issue 16), and so does the moved jobs' history.
+    assert node.state == common_pb2.NODE_STATE_DRAINING and node.state_reason == "swap disk (by admin)"
     wait_for(
         lambda: [p.node_id for p in admin.describe("mover").placements] == [other], timeout=20, what="mover to move"
     )
     moved = admin.describe("mover")
-    assert any("draining: swap disk" in t.reason for t in moved.history)
+    assert any("draining: swap disk (by admin)" in t.reason for t in moved.history)
     # The node it moved to goes silent: the job is requeued, the node shows as lost.
     other_agent.paused.set()
     wait_for(lambda: admin.state("mover") == "queued", timeout=30, what="mover to be requeued")

@@ -17,6 +17,7 @@ from synergyd_harness import DaemonProcess, FakeAgent, wait_for
 
 from synergy.scheduler.daemon.config import ConfigError, load_config
 from synergy.scheduler.dashboard.history import ClusterSample, History, JobSample
+from synergy.v1 import admin_pb2
 
 
 def test_the_dashboard_is_off_by_default_and_set_by_flag_or_toml(tmp_path: Path) -> None:
@@ -83,6 +84,35 @@ def test_every_page_and_view_needs_the_admin_token(
     sample = wait_for(last_sample, what="a history sample with the job running")
     assert (sample["gpus"], sample["gpus_allocated"]) == (2, 1)
     assert _get(f"{base}/api/history?window=bad", d.admin_token)[0] == 200  # a bad window is all kept
+    admin.close()
+
+
+def test_a_user_token_sees_only_that_users_jobs(
+    start_daemon: Callable[..., DaemonProcess], start_agent: Callable[..., FakeAgent]
+) -> None:
+    """Issue 16: the dashboard takes user tokens; a plain user's views hold their own jobs,
+    another's job page is refused, and on the node view another's job is an id, not a name."""
+    d = start_daemon("--dashboard-port", "0")
+    base = "http://" + (d.state_dir / "dashboard_address").read_text().strip()
+    start_agent(d, "n1", gpus=2)
+    admin = d.admin()
+    token = admin.AddUser(admin_pb2.AddUserRequest(name="ivy")).token
+    mine = admin.submit("ivys", gpus=1, user="ivy").id
+    theirs = admin.submit("secret-name", gpus=1, user="jon").id
+    wait_for(lambda: admin.state(mine) == admin.state(theirs) == "running", what="both jobs to run")
+
+    assert {j["id"] for j in json.loads(_get(f"{base}/api/jobs", token)[2])["jobs"]} == {mine}
+    assert {j["id"] for j in json.loads(_get(f"{base}/api/jobs", d.admin_token)[2])["jobs"]} == {mine, theirs}
+    assert _get(f"{base}/api/jobs/{mine}", token)[0] == 200
+    code, _, body = _get(f"{base}/api/jobs/{theirs}", token)
+    assert code == 403 and b"belongs to another user" in body
+    nodes = json.loads(_get(f"{base}/api/cluster", token)[2])["nodes"]
+    holders = {h["id"]: h["name"] for n in nodes for h in n["jobs"]}
+    assert holders == {mine: "ivys", theirs: ""}
+    code, headers, _ = _get(f"{base}/?token={token}")
+    assert code == 303 and headers["Set-Cookie"].startswith(f"synergy_dashboard={token}; HttpOnly")
+    admin.RevokeUser(admin_pb2.RevokeUserRequest(name="ivy"))
+    assert _get(f"{base}/api/jobs", token)[0] == 401  # revoked: refused at once
     admin.close()
 
 

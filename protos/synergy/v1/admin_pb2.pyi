@@ -163,16 +163,18 @@ class SubmitJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobInfo, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "limit", "page_size", "page_token")
+    __slots__ = ("states", "limit", "page_size", "page_token", "all_users")
     STATES_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ALL_USERS_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
     limit: int
     page_size: int
     page_token: str
-    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    all_users: bool
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., all_users: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -357,7 +359,7 @@ class GetClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterStatusResponse(_message.Message):
-    __slots__ = ("policy", "mechanism", "round_s", "round_index", "next_round_at_unix_s", "last_decision_ms", "capacity", "allocated", "free", "nodes_total", "nodes_ready", "job_counts", "daemon_version", "started_at_unix_s", "max_job_gpus", "cpu_array")
+    __slots__ = ("policy", "mechanism", "round_s", "round_index", "next_round_at_unix_s", "last_decision_ms", "capacity", "allocated", "free", "nodes_total", "nodes_ready", "job_counts", "daemon_version", "started_at_unix_s", "max_job_gpus", "cpu_array", "users")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     ROUND_S_FIELD_NUMBER: _ClassVar[int]
@@ -374,6 +376,7 @@ class GetClusterStatusResponse(_message.Message):
     STARTED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     MAX_JOB_GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_ARRAY_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
     policy: str
     mechanism: str
     round_s: float
@@ -390,7 +393,20 @@ class GetClusterStatusResponse(_message.Message):
     started_at_unix_s: float
     max_job_gpus: int
     cpu_array: CpuArraySettings
-    def __init__(self, policy: _Optional[str] = ..., mechanism: _Optional[str] = ..., round_s: _Optional[float] = ..., round_index: _Optional[int] = ..., next_round_at_unix_s: _Optional[float] = ..., last_decision_ms: _Optional[float] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., nodes_total: _Optional[int] = ..., nodes_ready: _Optional[int] = ..., job_counts: _Optional[_Iterable[_Union[JobStateCount, _Mapping]]] = ..., daemon_version: _Optional[str] = ..., started_at_unix_s: _Optional[float] = ..., max_job_gpus: _Optional[int] = ..., cpu_array: _Optional[_Union[CpuArraySettings, _Mapping]] = ...) -> None: ...
+    users: _containers.RepeatedCompositeFieldContainer[UserUsage]
+    def __init__(self, policy: _Optional[str] = ..., mechanism: _Optional[str] = ..., round_s: _Optional[float] = ..., round_index: _Optional[int] = ..., next_round_at_unix_s: _Optional[float] = ..., last_decision_ms: _Optional[float] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., nodes_total: _Optional[int] = ..., nodes_ready: _Optional[int] = ..., job_counts: _Optional[_Iterable[_Union[JobStateCount, _Mapping]]] = ..., daemon_version: _Optional[str] = ..., started_at_unix_s: _Optional[float] = ..., max_job_gpus: _Optional[int] = ..., cpu_array: _Optional[_Union[CpuArraySettings, _Mapping]] = ..., users: _Optional[_Iterable[_Union[UserUsage, _Mapping]]] = ...) -> None: ...
+
+class UserUsage(_message.Message):
+    __slots__ = ("user", "running_jobs", "waiting_jobs", "allocated")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    running_jobs: int
+    waiting_jobs: int
+    allocated: _common_pb2.Resources
+    def __init__(self, user: _Optional[str] = ..., running_jobs: _Optional[int] = ..., waiting_jobs: _Optional[int] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ...) -> None: ...
 
 class CpuArraySettings(_message.Message):
     __slots__ = ("borrow_fraction", "trim_training")
@@ -455,3 +471,75 @@ class LogData(_message.Message):
     node_id: str
     attempt: int
     def __init__(self, data: _Optional[bytes] = ..., node_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("user", "role", "via")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    role: str
+    via: str
+    def __init__(self, user: _Optional[str] = ..., role: _Optional[str] = ..., via: _Optional[str] = ...) -> None: ...
+
+class UserInfo(_message.Message):
+    __slots__ = ("name", "role", "has_token", "created_at_unix_s", "created_by", "revoked_at_unix_s", "revoked_by")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    HAS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_BY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    has_token: bool
+    created_at_unix_s: float
+    created_by: str
+    revoked_at_unix_s: float
+    revoked_by: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., has_token: _Optional[bool] = ..., created_at_unix_s: _Optional[float] = ..., created_by: _Optional[str] = ..., revoked_at_unix_s: _Optional[float] = ..., revoked_by: _Optional[str] = ...) -> None: ...
+
+class AddUserRequest(_message.Message):
+    __slots__ = ("name", "role", "no_token")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    NO_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    no_token: bool
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., no_token: _Optional[bool] = ...) -> None: ...
+
+class AddUserResponse(_message.Message):
+    __slots__ = ("user", "token")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user: UserInfo
+    token: str
+    def __init__(self, user: _Optional[_Union[UserInfo, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[UserInfo]
+    def __init__(self, users: _Optional[_Iterable[_Union[UserInfo, _Mapping]]] = ...) -> None: ...
+
+class RevokeUserRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RevokeUserResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: UserInfo
+    def __init__(self, user: _Optional[_Union[UserInfo, _Mapping]] = ...) -> None: ...

@@ -104,6 +104,26 @@ class AdminServiceStub:
                 request_serializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesRequest.SerializeToString,
                 response_deserializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesResponse.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/synergy.v1.AdminService/WhoAmI',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
+        self.AddUser = channel.unary_unary(
+                '/synergy.v1.AdminService/AddUser',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.AddUserRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.AddUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/synergy.v1.AdminService/ListUsers',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.RevokeUser = channel.unary_unary(
+                '/synergy.v1.AdminService/RevokeUser',
+                request_serializer=synergy_dot_v1_dot_admin__pb2.RevokeUserRequest.SerializeToString,
+                response_deserializer=synergy_dot_v1_dot_admin__pb2.RevokeUserResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -216,6 +236,36 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Who the daemon takes the caller for: user name, role and how it was authenticated.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddUser(self, request, context):
+        """Admin only. Adds a user (or re-enables a revoked one) with a role and, unless no_token,
+        a new token, returned once and stored only as its SHA-256. ALREADY_EXISTS for an active user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Admin only. Every user the daemon knows (added ones; Unix-socket users need no entry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeUser(self, request, context):
+        """Admin only. Revokes a user: their token, socket and certificate calls are refused from the
+        next call on; their jobs stay. NOT_FOUND for an unknown user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -288,6 +338,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ReclaimNodes,
                     request_deserializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesRequest.FromString,
                     response_serializer=synergy_dot_v1_dot_admin__pb2.ReclaimNodesResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.WhoAmIRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'AddUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddUser,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.AddUserRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.AddUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'RevokeUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeUser,
+                    request_deserializer=synergy_dot_v1_dot_admin__pb2.RevokeUserRequest.FromString,
+                    response_serializer=synergy_dot_v1_dot_admin__pb2.RevokeUserResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -668,6 +738,114 @@ class AdminService:
             '/synergy.v1.AdminService/ReclaimNodes',
             synergy_dot_v1_dot_admin__pb2.ReclaimNodesRequest.SerializeToString,
             synergy_dot_v1_dot_admin__pb2.ReclaimNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/synergy.v1.AdminService/WhoAmI',
+            synergy_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/synergy.v1.AdminService/AddUser',
+            synergy_dot_v1_dot_admin__pb2.AddUserRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.AddUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/synergy.v1.AdminService/ListUsers',
+            synergy_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/synergy.v1.AdminService/RevokeUser',
+            synergy_dot_v1_dot_admin__pb2.RevokeUserRequest.SerializeToString,
+            synergy_dot_v1_dot_admin__pb2.RevokeUserResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,6 +17,7 @@ from typing import Callable
 import grpc
 from rich.text import Text
 
+from synergy.scheduler.cli.commands import users
 from synergy.scheduler.cli.connection import Client
 from synergy.scheduler.cli.errors import CliError, ExitCode, from_rpc_error
 from synergy.scheduler.cli.output import Result
@@ -37,16 +38,17 @@ Connect = Callable[[], Client]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("admin", help="back up or restore synergyd's database",
-                       description="Back up synergyd's database while it runs, or restore a backup "
-                                   "into a stopped daemon's state dir (docs/daemon.md, 'Damaged or full "
-                                   "state dir; backup and restore').")
-    actions = p.add_subparsers(dest="admin_action", metavar="{backup,restore}", required=True)
+    p = sub.add_parser("admin", help="manage users; back up or restore synergyd's database",
+                       description="Manage users (docs/daemon.md, 'Users and security'); back up synergyd's "
+                                   "database while it runs, or restore a backup into a stopped daemon's "
+                                   "state dir (docs/daemon.md, 'Damaged or full state dir; backup and restore').")
+    actions = p.add_subparsers(dest="admin_action", metavar="{users,backup,restore}", required=True)
+    users.register_admin(actions)
     backup = actions.add_parser(
         "backup", help="write a consistent snapshot of the running daemon's database to FILE",
         description="Ask the running synergyd for a consistent snapshot of its database (it keeps "
                     "serving) and write it to FILE atomically; FILE is checked (integrity_check) before "
-                    "it replaces an existing one. Needs the admin token.")
+                    "it replaces an existing one. Admins only.")
     backup.add_argument("file", metavar="FILE", help="where to write the backup (an SQLite file)")
     backup.set_defaults(func=backup_cmd)
     restore = actions.add_parser(

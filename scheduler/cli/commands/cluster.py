@@ -19,7 +19,8 @@ Connect = Callable[[], Client]
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="cluster summary",
                        description="Cluster summary: policy and mechanism in force, round, capacity "
-                                   "vs allocation, nodes, and job counts per state.")
+                                   "vs allocation, nodes, job counts per state, and per user what their "
+                                   "jobs hold and how many wait.")
     p.set_defaults(func=status)
 
     p = sub.add_parser("policy", help="show or change the scheduling policy",
@@ -51,12 +52,19 @@ def status(args: argparse.Namespace, connect: Connect) -> Result:
         ("allocated", fmt_resources(st.allocated.gpus, st.allocated.cpus, st.allocated.mem_gb)),
         ("free", fmt_resources(st.free.gpus, st.free.cpus, st.free.mem_gb) + _free_by_pool(nodes)),
         ("jobs", ", ".join(f"{n} {s}" for s, n in counts.items()) or "none"),
+        ("users", "; ".join(_user_line(u) for u in st.users) or "none with live jobs"),
         ("max job size", f"{st.max_job_gpus} GPUs"),
         ("cpu array", array_settings.describe(st.cpu_array.borrow_fraction, st.cpu_array.trim_training)
          if st.HasField("cpu_array") else "-"),
         ("daemon", f"{st.daemon_version or '?'} up since {fmt_time(st.started_at_unix_s)}"),
     ])
     return Result(data, summary)
+
+
+def _user_line(u: admin_pb2.UserUsage) -> str:
+    """`alice: 2 running (2 GPU, 8 CPU, 32 GB), 1 waiting` (what fair shares go by)."""
+    held = f" ({fmt_resources(u.allocated.gpus, u.allocated.cpus, u.allocated.mem_gb)})" if u.running_jobs else ""
+    return f"{u.user or '(none)'}: {u.running_jobs} running{held}, {u.waiting_jobs} waiting"
 
 
 def _free_by_pool(nodes: list[admin_pb2.NodeInfo]) -> str:

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import shlex
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,7 +18,6 @@ from synergy.scheduler.cli.output import (
 )
 from synergy.scheduler.cli.spec import JobSpec, SpecError, load_spec, parse_spec, spec_document
 from synergy.scheduler.jobspec import parse_job_ref
-from synergy.scheduler.jobspec.rules import USER_RE
 from synergy.scheduler.jobspec.proto import spec_to_msg
 from synergy.v1 import admin_pb2, common_pb2
 
@@ -73,8 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how the job's profile is found: auto (default: profile live when no profile is "
                         "known), synergy or coda (always profile live with that search), none (never)")
     p.add_argument("--user", metavar="NAME",
-                   help="who the job belongs to, for fair shares between users of CPU-only jobs (DRF in "
-                        "the CPU array; default: your OS user name)")
+                   help="admins only: submit on behalf of this user (default: you, as synergyd knows you; "
+                        "see 'synergy whoami'). The job's user is what fair shares between users go by")
     p.add_argument("--no-share", action="store_const", const=True,
                    help="never share a GPU with another job (packing pairs at most two jobs per GPU)")
     p.add_argument("--iterations", type=int, help="total training steps (lets SRTF/FTF estimate remaining time)")
@@ -104,6 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only jobs in this state (repeatable)")
     p.add_argument("--active", action="store_true", help="only jobs that have not ended")
     p.add_argument("--limit", type=int, default=0, help="at most this many, the most recent (0: all)")
+    p.add_argument("--all", dest="all_users", action="store_true",
+                   help="every user's jobs (admins only; default: your own)")
     p.set_defaults(func=list_jobs)
 
     p = sub.add_parser("describe", help="show one job with its state history",
@@ -116,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Cancel a job: a queued job ends at once, a running job is told "
                                    "to terminate and its resources are released.")
     p.add_argument("job", metavar="JOB", help="job id or name")
-    p.add_argument("--reason", default="cancelled by the user", help="kept in the job's history")
+    p.add_argument("--reason", default="", help="kept in the job's history, with who cancelled it")
     p.set_defaults(func=cancel)
 
 
@@ -149,18 +148,8 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
     if flag_env:
         overrides["env"] = flag_env
         labels.update({f"env.{k}": f"--env {k}" for k in flag_env})
-    spec = _spec_from(args, overrides, labels, flag_env)
-    return spec if spec.user else replace(spec, user=default_user())
-
-
-def default_user() -> str:
-    """The submitting OS user's name when it is a valid `spec.user`; else "" (the job is then
-    its own user). The admin token names no user, so the CLI says who submits."""
-    try:
-        name = getpass.getuser()
-    except (OSError, KeyError):  # no name in the environment and none in the password database
-        return ""
-    return name if USER_RE.fullmatch(name) else ""
+    # No `user`: synergyd makes the job the caller's (who the socket, token or certificate says).
+    return _spec_from(args, overrides, labels, flag_env)
 
 
 def _spec_from(args: argparse.Namespace, overrides: dict[str, Any], labels: dict[str, str],
@@ -220,7 +209,8 @@ def list_jobs(args: argparse.Namespace, connect: Connect) -> Result:
         states = [s for s in (states or STATES) if s not in TERMINAL]
         if not states:
             return Result({"jobs": []}, Text("no jobs"))
-    req = admin_pb2.ListJobsRequest(states=[_state_number(s) for s in states], limit=args.limit)
+    req = admin_pb2.ListJobsRequest(states=[_state_number(s) for s in states], limit=args.limit,
+                                    all_users=args.all_users)
     with connect() as client:
         jobs = all_jobs(client, req)
     rows = [

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from dataclasses import replace
 from typing import AsyncIterator
 
 import grpc
 
 from synergy.scheduler.daemon import paging, validation
-from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument
+from synergy.scheduler.daemon.auth import audit_note, caller_of
+from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.live import JobLive, TaskKey, TaskPhase
@@ -18,6 +20,7 @@ from synergy.scheduler.daemon.tasklogs import find_task, last_lines
 from synergy.scheduler.daemon.nodes import NodeBook
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.daemon.rounds import RoundLoop
+from synergy.scheduler.daemon.users import Caller, UserBook, UserRecord, check_owner, job_owner, usage_by_user
 from synergy.scheduler.daemon.servicers import convert
 from synergy.scheduler.daemon.servicers.base import Servicer, rpc, stream_rpc
 from synergy.scheduler.model import Cluster, Resources
@@ -49,12 +52,34 @@ def proportional_share(job: JobRecord, cluster: Cluster) -> Resources | None:
     return cluster.proportional_share(job.spec.gpus)
 
 
+def _signed(reason: str, caller: Caller) -> str:
+    """An admin action's reason with who took it (node state reasons, moved jobs' history)."""
+    return f"{reason} (by {caller.name})" if reason else f"by {caller.name}"
+
+
+def _user_info(user: UserRecord) -> admin_pb2.UserInfo:
+    return admin_pb2.UserInfo(
+        name=user.name, role=user.role, has_token=bool(user.token_sha256), created_at_unix_s=user.created_at,
+        created_by=user.created_by, revoked_at_unix_s=user.revoked_at, revoked_by=user.revoked_by,
+    )
+
+
 class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     def __init__(
-        self, ctx: DaemonContext, jobs: JobBook, nodes: NodeBook, rounds: RoundLoop, started_at: float
+        self, ctx: DaemonContext, jobs: JobBook, nodes: NodeBook, rounds: RoundLoop, started_at: float,
+        users: UserBook,
     ) -> None:
         super().__init__(ctx)
         self.jobs, self.nodes, self.rounds, self.started_at = jobs, nodes, rounds, started_at
+        self.users = users
+
+    def _own_job(self, context: grpc.ServicerContext, ref: str, field: str = "job") -> JobRecord:
+        """The job `ref` names, when the caller may act on it (PERMISSION_DENIED naming it otherwise)."""
+        caller = caller_of(context)
+        job = self.jobs.find(validation.job_ref(ref, field), user=caller.name)
+        audit_note(context, job=job.id)
+        check_owner(caller, job.id, job.spec.user)
+        return job
 
     def _info(
         self, job: JobRecord, history: bool, full_spec: bool = True, cluster: Cluster | None = None
@@ -87,7 +112,12 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         spec = validation.job_spec(
             convert.spec_from_msg(request.spec), self.ctx.config.max_job_gpus, request.spec.ByteSize()
         )
-        return admin_pb2.SubmitJobResponse(job=self._info(self.jobs.submit(spec), history=True))
+        caller = caller_of(context)
+        owner = job_owner(spec.user, caller)  # the identity, not the field (admins: on behalf)
+        by = caller.name if owner == caller.name else f"{caller.name} ({caller.role}) on behalf of {owner}"
+        job = self.jobs.submit(replace(spec, user=owner), by=f"{by} via {caller.via}")
+        audit_note(context, job=job.id, job_user=owner)
+        return admin_pb2.SubmitJobResponse(job=self._info(job, history=True))
 
     @rpc
     def ListJobs(self, request: admin_pb2.ListJobsRequest, context: grpc.ServicerContext) -> admin_pb2.ListJobsResponse:
@@ -95,7 +125,12 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         states = [convert.job_state_from_msg(s) for s in request.states]
         if request.states and all(s is None for s in states):
             return admin_pb2.ListJobsResponse()
-        jobs = sorted(self.jobs.list([s for s in states if s is not None], request.limit), key=lambda j: j.id)
+        caller = caller_of(context)
+        if request.all_users and not caller.admin:
+            raise PermissionDenied(f"all_users: only an admin may list every user's jobs; {caller.name} sees their own")
+        user = None if request.all_users else caller.name
+        jobs = sorted(self.jobs.list([s for s in states if s is not None], request.limit, user=user),
+                      key=lambda j: j.id)
         chunk, next_token = paging.page(jobs, lambda j: j.id, request.page_token, request.page_size)
         with self.ctx.lock:
             cluster = self.rounds.cluster()
@@ -106,7 +141,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     def DescribeJob(
         self, request: admin_pb2.DescribeJobRequest, context: grpc.ServicerContext
     ) -> admin_pb2.DescribeJobResponse:
-        job = self.jobs.find(validation.job_ref(request.job))
+        job = self._own_job(context, request.job)
         with self.ctx.lock:
             return admin_pb2.DescribeJobResponse(job=self._info(job, history=True))
 
@@ -118,7 +153,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         ctx = self.ctx
         if request.lines > MAX_LOG_LINES:
             raise InvalidArgument("lines", f"must be at most {MAX_LOG_LINES}, got {request.lines}")
-        job = self.jobs.find(validation.job_ref(request.job))
+        job = self._own_job(context, request.job)
         key = TaskKey(job.id, job.attempt, request.rank)
         # The first answer takes one or two heartbeats; a node that sends nothing is reported.
         patience = max(10.0, 4 * ctx.config.heartbeat_interval_s)
@@ -172,8 +207,8 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     def CancelJob(
         self, request: admin_pb2.CancelJobRequest, context: grpc.ServicerContext
     ) -> admin_pb2.CancelJobResponse:
-        ref = validation.job_ref(request.job)
-        job = self.jobs.cancel(ref, validation.text(request.reason, "reason"))
+        reason = validation.text(request.reason, "reason")
+        job = self.jobs.cancel(self._own_job(context, request.job), reason, by=caller_of(context).name)
         return admin_pb2.CancelJobResponse(job=self._info(job, history=True))
 
     @rpc
@@ -186,21 +221,21 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     def CordonNode(
         self, request: admin_pb2.CordonNodeRequest, context: grpc.ServicerContext
     ) -> admin_pb2.CordonNodeResponse:
-        node_id, reason = self._node_args(request)
+        node_id, reason = self._node_args(request, context)
         return admin_pb2.CordonNodeResponse(node=convert.node_to_info(self.nodes.cordon(node_id, reason)))
 
     @rpc
     def DrainNode(
         self, request: admin_pb2.DrainNodeRequest, context: grpc.ServicerContext
     ) -> admin_pb2.DrainNodeResponse:
-        node_id, reason = self._node_args(request)
+        node_id, reason = self._node_args(request, context)
         return admin_pb2.DrainNodeResponse(node=convert.node_to_info(self.nodes.drain(node_id, reason)))
 
     @rpc
     def ResumeNode(
         self, request: admin_pb2.ResumeNodeRequest, context: grpc.ServicerContext
     ) -> admin_pb2.ResumeNodeResponse:
-        node_id, reason = self._node_args(request)
+        node_id, reason = self._node_args(request, context)
         return admin_pb2.ResumeNodeResponse(node=convert.node_to_info(self.nodes.resume(node_id, reason)))
 
     @rpc
@@ -208,6 +243,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.LoanNodesRequest, context: grpc.ServicerContext
     ) -> admin_pb2.LoanNodesResponse:
         ids = [validation.node_id(nid, f"node_ids[{i}]") for i, nid in enumerate(request.node_ids)]
+        audit_note(context, nodes=ids)
         records = self.nodes.loans.loan(ids)
         with self.ctx.lock:
             return admin_pb2.LoanNodesResponse(nodes=[convert.node_to_info(self.nodes.view(n)) for n in records])
@@ -216,7 +252,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     def ReclaimNodes(
         self, request: admin_pb2.ReclaimNodesRequest, context: grpc.ServicerContext
     ) -> admin_pb2.ReclaimNodesResponse:
-        reason = validation.text(request.reason, "reason")
+        reason = _signed(validation.text(request.reason, "reason"), caller_of(context))
         done = self.nodes.loans.reclaim(request.count, request.deadline_s, reason)
         with self.ctx.lock:
             nodes = [convert.node_to_info(self.nodes.view(n)) for n in done.nodes]
@@ -224,8 +260,11 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.ReclaimNodesResponse(nodes=nodes, preempted_job_ids=list(done.preempted), shrunk=shrunk)
 
     @staticmethod
-    def _node_args(request: admin_pb2.CordonNodeRequest) -> tuple[str, str]:
-        return validation.node_id(request.node_id), validation.text(request.reason, "reason")
+    def _node_args(request: admin_pb2.CordonNodeRequest, context: grpc.ServicerContext) -> tuple[str, str]:
+        """The node and the reason, which says who acted (it reaches the moved jobs' history)."""
+        node_id, reason = validation.node_id(request.node_id), validation.text(request.reason, "reason")
+        audit_note(context, node=node_id)
+        return node_id, _signed(reason, caller_of(context))
 
     @rpc
     def GetClusterStatus(
@@ -236,6 +275,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
             counts: dict[JobState, int] = {}
             for job in self.ctx.store.jobs():
                 counts[job.state] = counts.get(job.state, 0) + 1
+            users = usage_by_user(self.ctx.store.active_jobs())
         capacity, allocated = Resources(), Resources()
         for v in views:
             if v.state in ("ready", "cordoned"):
@@ -264,6 +304,8 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
             cpu_array=admin_pb2.CpuArraySettings(
                 borrow_fraction=self.ctx.config.borrow_fraction, trim_training=self.ctx.config.trim_training
             ),
+            users=[admin_pb2.UserUsage(user=u.user, running_jobs=u.running, waiting_jobs=u.waiting,
+                                       allocated=convert.resources_to_msg(u.allocated)) for u in users.values()],
         )
 
     @rpc
@@ -273,7 +315,34 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         policy, mechanism = self.rounds.set_policy(
             validation.text(request.policy, "policy", 64), validation.text(request.mechanism, "mechanism", 64)
         )
+        audit_note(context, policy=policy, mechanism=mechanism)
         return admin_pb2.SetPolicyResponse(policy=policy, mechanism=mechanism)
+
+    # -- users (users.py; the guard lets only admins at AddUser, ListUsers, RevokeUser) ---------------
+    @rpc(on_loop=True)
+    def WhoAmI(self, request: admin_pb2.WhoAmIRequest, context: grpc.ServicerContext) -> admin_pb2.WhoAmIResponse:
+        caller = caller_of(context)
+        return admin_pb2.WhoAmIResponse(user=caller.name, role=caller.role, via=caller.via)
+
+    @rpc
+    def AddUser(self, request: admin_pb2.AddUserRequest, context: grpc.ServicerContext) -> admin_pb2.AddUserResponse:
+        audit_note(context, target_user=request.name[:64], target_role=request.role[:16] or "user")
+        user, token = self.users.add(request.name, request.role or "user", caller_of(context).name,
+                                     token=not request.no_token)
+        return admin_pb2.AddUserResponse(user=_user_info(user), token=token)
+
+    @rpc
+    def ListUsers(
+        self, request: admin_pb2.ListUsersRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ListUsersResponse:
+        return admin_pb2.ListUsersResponse(users=[_user_info(u) for u in self.users.list()])
+
+    @rpc
+    def RevokeUser(
+        self, request: admin_pb2.RevokeUserRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.RevokeUserResponse:
+        audit_note(context, target_user=request.name[:64])
+        return admin_pb2.RevokeUserResponse(user=_user_info(self.users.revoke(request.name, caller_of(context).name)))
 
     @stream_rpc
     async def BackupDatabase(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from synergy.scheduler.daemon.records import JobRecord, NodeRecord
+from synergy.scheduler.daemon.users import UserRecord
 from synergy.scheduler.statedir import DatabaseSummary
 
 
@@ -59,6 +60,12 @@ class StateStore(Protocol):
     def setting(self, key: str) -> str | None: ...
 
     def save_setting(self, key: str, value: str) -> None: ...
+
+    def users(self) -> list[UserRecord]:
+        """Every user an admin added (users.py), ordered by name."""
+        ...
+
+    def save_user(self, user: UserRecord) -> None: ...
 
     def snapshot(self, dest: Path) -> DatabaseSummary:
         """Write a consistent, verified copy of the database to the new file `dest` (a backup).

@@ -8,6 +8,7 @@ from typing import Iterable
 
 from synergy.scheduler.daemon.errors import FailedPrecondition
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
+from synergy.scheduler.daemon.users import UserRecord
 from synergy.scheduler.statedir import DatabaseSummary
 
 
@@ -24,6 +25,7 @@ class MemoryStore:
         self._max_id = 0
         self._nodes: dict[str, NodeRecord] = {}
         self._settings: dict[str, str] = {}
+        self._users: dict[str, UserRecord] = {}
 
     # -- reads --------------------------------------------------------------------------------
     def jobs(self) -> list[JobRecord]:
@@ -56,6 +58,9 @@ class MemoryStore:
     def setting(self, key: str) -> str | None:
         return self._settings.get(key)
 
+    def users(self) -> list[UserRecord]:
+        return [self._users[k] for k in sorted(self._users)]
+
     # -- writes -------------------------------------------------------------------------------
     def save_jobs(self, jobs: Iterable[JobRecord]) -> None:
         self._remember_jobs(list(jobs))
@@ -69,6 +74,9 @@ class MemoryStore:
 
     def save_setting(self, key: str, value: str) -> None:
         self._settings[key] = value
+
+    def save_user(self, user: UserRecord) -> None:
+        self._users[user.name] = user
 
     def snapshot(self, dest: Path) -> DatabaseSummary:
         raise FailedPrecondition("this synergyd keeps its state in memory: there is no database to back up")

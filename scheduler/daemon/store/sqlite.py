@@ -22,6 +22,7 @@ from synergy.scheduler.daemon.records import (
     node_to_dict,
 )
 from synergy.scheduler.daemon.store.memory import MemoryStore
+from synergy.scheduler.daemon.users import UserRecord, user_from_dict, user_to_dict
 from synergy.scheduler.statedir import (
     SCHEMA_VERSION,
     DatabaseDamaged,
@@ -42,6 +43,9 @@ CREATE TABLE IF NOT EXISTS progress (
     job_id INTEGER PRIMARY KEY, steps_done INTEGER NOT NULL, samples_per_s REAL NOT NULL, attained_gpu_s REAL NOT NULL
 );
 """
+#: Added after schema version 1 shipped: created when missing, so older state dirs and
+#: backups open as they are (and an older synergyd ignores the table).
+_USERS_SCHEMA = "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, body TEXT NOT NULL)"
 
 #: Called once, with the error, when a write finds the database damaged (the daemon stops serving).
 OnDamaged = Callable[[sqlite3.DatabaseError], None]
@@ -87,6 +91,8 @@ class SqliteStore(MemoryStore):
                 + [("INSERT INTO settings VALUES ('schema_version', ?)", (SCHEMA_VERSION,))]
             )
         verify_database(self._db, self.path, full=False)
+        if "users" not in table_names(self._db):
+            self._commit([(_USERS_SCHEMA, ())])
         self._load()
 
     def snapshot(self, dest: Path) -> DatabaseSummary:
@@ -109,6 +115,8 @@ class SqliteStore(MemoryStore):
             self._apply_progress(*row)
         for k, v in self._db.execute("SELECT key, value FROM settings"):
             MemoryStore.save_setting(self, k, v)
+        for (b,) in self._db.execute("SELECT body FROM users ORDER BY name"):
+            MemoryStore.save_user(self, user_from_dict(json.loads(b)))
 
     def _commit(self, statements: list[tuple[str, tuple]]) -> None:
         try:
@@ -181,6 +189,11 @@ class SqliteStore(MemoryStore):
     def save_setting(self, key: str, value: str) -> None:
         self._commit([("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))])
         super().save_setting(key, value)
+
+    def save_user(self, user: UserRecord) -> None:
+        body = json.dumps(user_to_dict(user), separators=(",", ":"))
+        self._commit([("INSERT OR REPLACE INTO users (name, body) VALUES (?, ?)", (user.name, body))])
+        super().save_user(user)
 
     def close(self) -> None:
         self._db.close()
