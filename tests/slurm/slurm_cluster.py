@@ -201,6 +201,24 @@ PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=NO MaxTime=I
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+        self._remove_cgroups()
+
+    def _remove_cgroups(self) -> None:
+        """slurmd leaves its (empty) per-node groups behind: remove this cluster's, deepest first."""
+        for controller in Path("/sys/fs/cgroup").iterdir():
+            for node in self.nodes:
+                top = controller / f"slurm_{node}"
+                if top.is_dir():
+                    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                        _rmdir(d)
+                    _rmdir(top)
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _wait(pred, timeout: float, what: str, fail: bool = True) -> bool:

@@ -1,0 +1,86 @@
+"""What the Slurm end-to-end tests share: synergyd on the test Slurm cluster, the real PyTorch
+job script of the iterator's tests (tests/iterator/train_script.py, one-line SynergyIterator
+wrap) and the batches it records, and Slurm's view of a Synergy task."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurm_cluster import SlurmCluster
+from synergyd_harness import DaemonProcess
+
+SCRIPT = str(Path(__file__).parents[1] / "iterator" / "train_script.py")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One trained batch: step rank epoch loss ids attempt (train_script.py's record)."""
+
+    step: int
+    epoch: int
+    ids: tuple[int, ...]
+    attempt: int
+
+
+def records(path: Path) -> list[Row]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        step, _, epoch, _, ids, attempt = line.split()
+        out.append(Row(int(step), int(epoch), tuple(int(i) for i in ids.split(",")), int(attempt)))
+    return out
+
+
+def assert_exactly_once(rows: list[Row], samples: int, epochs: int) -> None:
+    """Steps 1, 2, ... with none run twice, and every sample once per epoch, across attempts."""
+    steps = [r.step for r in rows]
+    assert steps == list(range(1, len(steps) + 1)), steps
+    for epoch in range(epochs):
+        ids = sorted(i for r in rows if r.epoch == epoch for i in r.ids)
+        assert ids == list(range(samples)), f"epoch {epoch}: a batch repeated or skipped"
+
+
+def train_command(record: Path, *args: str) -> tuple[str, ...]:
+    return (sys.executable, "-u", SCRIPT, "--record", str(record), *args)
+
+
+def start_daemon(tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch, *extra: str,
+                 round_s: float = 1.0) -> DaemonProcess:
+    """synergyd --backend slurm on the test cluster's partition (SLURM_CONF in its environment)."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    return DaemonProcess(tmp_path / "state", "--backend", "slurm", "--slurm-partition", slurm.partition,
+                         "--launch-timeout-s", "120", *extra, round_s=round_s).start()
+
+
+def slurm_jobs_of(slurm: SlurmCluster, job_id: int) -> list[dict[str, Any]]:
+    """Slurm's jobs carrying Synergy job `job_id`, oldest first."""
+    return sorted((j for j in slurm.jobs() if j["name"].startswith(f"synergy.{job_id}.")), key=lambda j: j["job_id"])
+
+
+def task_pid(job_id: int, attempt: int) -> int:
+    """The pid of a Synergy task's process on this machine, found by its contract environment."""
+    want = {f"SYNERGY_JOB_ID={job_id}".encode(), f"SYNERGY_ATTEMPT={attempt}".encode()}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and want <= set((proc / "environ").read_bytes().split(b"\0")):
+                return int(proc.name)
+        except OSError:
+            continue
+    return 0
+
+
+def memory_limit_mb(pid: int) -> int:
+    """The memory limit of the cgroup (v1) a process runs in, in MB: what Slurm's task/cgroup set."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):  # the tightest limit on the way up (Slurm sets job and step)
+            group = Path(f"/sys/fs/cgroup/memory{path}")
+            limits = [int((g / "memory.limit_in_bytes").read_text()) for g in (group, *group.parents)
+                      if (g / "memory.limit_in_bytes").exists()]
+            return min(limits) // 2**20
+    raise AssertionError(f"process {pid} is in no memory cgroup")
