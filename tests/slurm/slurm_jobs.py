@@ -13,6 +13,8 @@ import pytest
 from slurm_cluster import SlurmCluster
 from synergyd_harness import DaemonProcess
 
+from synergy.scheduler.backends.slurm.bridge import cluster_tag
+
 SCRIPT = str(Path(__file__).parents[1] / "iterator" / "train_script.py")
 
 
@@ -57,9 +59,11 @@ def start_daemon(tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.Monkey
                          "--launch-timeout-s", "120", *extra, round_s=round_s).start()
 
 
-def slurm_jobs_of(slurm: SlurmCluster, job_id: int) -> list[dict[str, Any]]:
-    """Slurm's jobs carrying Synergy job `job_id`, oldest first."""
-    return sorted((j for j in slurm.jobs() if j["name"].startswith(f"synergy.{job_id}.")), key=lambda j: j["job_id"])
+def slurm_jobs_of(slurm: SlurmCluster, d: DaemonProcess, job_id: int) -> list[dict[str, Any]]:
+    """Slurm's jobs carrying Synergy job `job_id` of synergyd `d`, oldest first."""
+    mine = f"synergy:{cluster_tag(d.state_dir)}:"
+    return sorted((j for j in slurm.jobs() if j["name"].startswith(f"synergy.{job_id}.")
+                   and j["comment"].startswith(mine)), key=lambda j: j["job_id"])
 
 
 def task_pid(job_id: int, attempt: int) -> int:

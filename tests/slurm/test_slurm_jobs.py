@@ -34,7 +34,7 @@ def test_a_job_is_placed_as_a_slurm_job_and_a_resize_is_a_new_slurm_job(
         wait_for(lambda: len(records(rec)) >= 3, timeout=90, what=f"job a to train ({admin.describe(a).state_reason})")
         info = admin.describe(a)
         (place,) = info.placements
-        (sj,) = [j for j in slurm_jobs_of(slurm, a) if j["job_state"] == "RUNNING"]
+        (sj,) = [j for j in slurm_jobs_of(slurm, d, a) if j["job_state"] == "RUNNING"]
         # Slurm holds what the round decided: the node, whole CPUs, memory, one GPU.
         assert place.node_id == n0 and sj["nodes"] == n0 and sj["name"] == f"synergy.{a}.1.0"
         assert sj["cpus"] == int(place.cpus) == 2 and sj["memory_per_node"] == int(place.mem_gb * 1024)
@@ -53,13 +53,13 @@ def test_a_job_is_placed_as_a_slurm_job_and_a_resize_is_a_new_slurm_job(
         info = admin.describe(a)
         assert [p.cpus for p in info.placements] == [1.0]
         assert any("resized to" in t.reason and "a new Slurm job" in t.reason for t in info.history), info.history
-        sj2 = wait_for(lambda: [j for j in slurm_jobs_of(slurm, a) if j["name"] == f"synergy.{a}.2.0"
+        sj2 = wait_for(lambda: [j for j in slurm_jobs_of(slurm, d, a) if j["name"] == f"synergy.{a}.2.0"
                                  and j["job_state"] == "RUNNING"], what="a's second Slurm job")[0]
         assert sj2["cpus"] == 1 and sj2["memory_per_node"] == int(info.placements[0].mem_gb * 1024)
         assert memory_limit_mb(wait_for(lambda: task_pid(a, 2), what="a's new process")) == sj2["memory_per_node"]
         wait_for(lambda: admin.state(a) == "succeeded", timeout=120,
                  what=f"a to finish ({admin.state(a)}: {admin.describe(a).state_reason})")
-        first = slurm_jobs_of(slurm, a)[0]
+        first = slurm_jobs_of(slurm, d, a)[0]
         assert first["job_state"] == "FAILED" and first["exit_code"] >> 8 == 75  # checkpointed, restart me
         rows = records(rec)
         assert {r.attempt for r in rows} == {1, 2}

@@ -330,13 +330,17 @@ class SlurmBridge:
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
+def cluster_tag(state_dir: Path) -> str:
+    """The tag of one synergyd's Slurm jobs: a digest of its state dir (stable across restarts)."""
+    return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
+
+
 def settings_for(cfg: Any) -> SlurmSettings:
     """The bridge's settings from synergyd's config (config.py holds and checks the flags)."""
-    cluster = hashlib.sha256(str(Path(cfg.state_dir).resolve()).encode()).hexdigest()[:8]
     return SlurmSettings(
         partition=cfg.slurm_partition,
         work_dir=Path(cfg.slurm_work_dir) if cfg.slurm_work_dir else Path(cfg.state_dir) / "slurm",
-        cluster=cluster,
+        cluster=cluster_tag(Path(cfg.state_dir)),
         daemon_address=cfg.slurm_job_daemon_address,
         pending_s=cfg.slurm_pending_s,
         tls_ca=str(cfg.tls_cert) if cfg.tls_cert is not None else "",

@@ -1,0 +1,96 @@
+"""Slurm-side events reach Synergy: a node drained in Slurm moves its job (checkpoint, requeue,
+resume elsewhere), a job cancelled in Slurm by someone else fails with Slurm's reason, a job
+killed at its Slurm memory limit fails as OOM, and a restarted synergyd finds its Slurm jobs
+(nothing launched twice, nothing lost)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster
+from slurm_jobs import assert_exactly_once, records, slurm_jobs_of, start_daemon, train_command
+from synergyd_harness import wait_for
+
+
+def test_a_slurm_drain_moves_the_job_which_resumes_exactly(tmp_path: Path, slurm: SlurmCluster,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    d = start_daemon(tmp_path, slurm, monkeypatch)
+    admin = d.admin()
+    rec = tmp_path / "batches.txt"
+    try:
+        a = admin.submit("a", gpus=1, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
+                         command=train_command(rec, "--samples", "64", "--epochs", "2", "--step-s", "0.1")).id
+        wait_for(lambda: len(records(rec)) >= 3, timeout=90, what=f"a to train ({admin.describe(a).state_reason})")
+        first = admin.describe(a).placements[0].node_id
+        slurm.scontrol("update", f"NodeName={first}", "State=DRAIN", "Reason=fan failure")
+        wait_for(lambda: admin.describe(a).attempt == 2 and admin.state(a) == "running", timeout=60,
+                 what=f"a to move ({admin.describe(a).state_reason})")
+        info = admin.describe(a)
+        assert info.placements[0].node_id != first
+        assert any("fan failure" in t.reason for t in info.history), info.history
+        wait_for(lambda: admin.state(a) == "succeeded", timeout=120,
+                 what=f"a to finish ({admin.state(a)}: {admin.describe(a).state_reason})")
+        assert_exactly_once(records(rec), samples=64, epochs=2)
+        assert [j["nodes"] for j in slurm_jobs_of(slurm, d, a)] == [first, info.placements[0].node_id]
+    finally:
+        admin.close()
+        d.terminate()
+
+
+def test_scancel_from_outside_fails_the_job_with_slurms_reason(tmp_path: Path, slurm: SlurmCluster,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    d = start_daemon(tmp_path, slurm, monkeypatch)
+    admin = d.admin()
+    rec = tmp_path / "batches.txt"
+    try:
+        a = admin.submit("a", gpus=1, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
+                         command=train_command(rec, "--samples", "400", "--epochs", "1", "--step-s", "0.1")).id
+        wait_for(lambda: len(records(rec)) >= 2, timeout=90, what=f"a to train ({admin.describe(a).state_reason})")
+        (sj,) = slurm_jobs_of(slurm, d, a)
+        slurm.run("scancel", str(sj["job_id"]))
+        wait_for(lambda: admin.state(a) == "failed", timeout=60, what=f"a to fail ({admin.describe(a).state_reason})")
+        reason = admin.describe(a).state_reason
+        assert f"Slurm job {sj['job_id']} CANCELLED" in reason and "cancelled in Slurm, not by Synergy" in reason
+    finally:
+        admin.close()
+        d.terminate()
+
+
+def test_a_job_over_its_slurm_memory_limit_fails_as_oom(tmp_path: Path, slurm: SlurmCluster,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    d = start_daemon(tmp_path, slurm, monkeypatch)
+    admin = d.admin()
+    hog = (sys.executable, "-c", "import time; x = [bytearray(2**20) for _ in range(8 * 1024)]; time.sleep(60)")
+    try:
+        a = admin.submit("hog", gpus=1, working_dir=str(tmp_path), command=hog).id
+        wait_for(lambda: admin.state(a) == "failed", timeout=60, what=f"the hog to fail ({admin.describe(a).state_reason})")
+        reason = admin.describe(a).state_reason
+        assert "killed by its memory limit (OOM)" in reason and "OUT_OF_MEMORY" in reason, reason
+    finally:
+        admin.close()
+        d.terminate()
+
+
+def test_a_restarted_synergyd_finds_its_slurm_jobs_and_launches_nothing_twice(
+        tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = start_daemon(tmp_path, slurm, monkeypatch)
+    admin = d.admin()
+    rec = tmp_path / "batches.txt"
+    try:
+        a = admin.submit("a", gpus=1, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
+                         command=train_command(rec, "--samples", "64", "--epochs", "2", "--step-s", "0.1")).id
+        wait_for(lambda: len(records(rec)) >= 3, timeout=90, what=f"a to train ({admin.describe(a).state_reason})")
+        admin.close()
+        d.kill()  # kill -9: no goodbye
+        d.start()
+        admin = d.admin()
+        wait_for(lambda: admin.state(a) == "succeeded", timeout=120,
+                 what=f"a to finish ({admin.state(a)}: {admin.describe(a).state_reason})")
+        assert admin.describe(a).attempt == 1
+        assert [j["name"] for j in slurm_jobs_of(slurm, d, a)] == [f"synergy.{a}.1.0"]  # one Slurm job, ever
+        assert_exactly_once(records(rec), samples=64, epochs=2)
+    finally:
+        admin.close()
+        d.terminate()
