@@ -13,6 +13,8 @@ from slurm_cluster import SlurmCluster
 from slurm_jobs import assert_exactly_once, records, slurm_jobs_of, start_daemon, train_command
 from synergyd_harness import wait_for
 
+from synergy.v1 import admin_pb2
+
 
 def test_a_slurm_drain_moves_the_job_which_resumes_exactly(tmp_path: Path, slurm: SlurmCluster,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,6 +93,29 @@ def test_a_restarted_synergyd_finds_its_slurm_jobs_and_launches_nothing_twice(
         assert admin.describe(a).attempt == 1
         assert [j["name"] for j in slurm_jobs_of(slurm, d, a)] == [f"synergy.{a}.1.0"]  # one Slurm job, ever
         assert_exactly_once(records(rec), samples=64, epochs=2)
+    finally:
+        admin.close()
+        d.terminate()
+
+
+def test_a_launch_slurm_keeps_pending_is_requeued_with_slurms_reason(tmp_path: Path, slurm: SlurmCluster,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    d = start_daemon(tmp_path, slurm, monkeypatch, "--slurm-pending-s", "2")
+    admin = d.admin()
+    n0, n1 = slurm.nodes
+    try:
+        wait_for(lambda: len(admin.ListNodes(admin_pb2.ListNodesRequest()).nodes) == 2, what="both nodes")
+        admin.CordonNode(admin_pb2.CordonNodeRequest(node_id=n1, reason="test: one node"))
+        # Work Synergy does not know about takes n0 whole (an admin's job, say): Slurm holds ours back.
+        slurm.run("sbatch", f"--partition={slurm.partition}", f"--nodelist={n0}", "--exclusive", "--mem=64M",
+                  "--job-name=admin-maintenance", f"--output={tmp_path / 'm.out'}", "--wrap=sleep 120")
+        a = admin.submit("a", gpus=1, working_dir=str(tmp_path), command=(sys.executable, "-c", "pass")).id
+        info = wait_for(lambda: (i := admin.describe(a)).preemptions >= 1 and i, timeout=60,
+                        what=f"a to be requeued ({admin.describe(a).state_reason})")
+        why = " ".join(t.reason for t in info.history)
+        assert "Slurm kept job" in why and "pending for over 2 s (Resources)" in why, why
+        (sj, *_) = slurm_jobs_of(slurm, d, a)
+        assert sj["job_state"] == "CANCELLED"  # withdrawn from Slurm's queue, not left to start later
     finally:
         admin.close()
         d.terminate()
