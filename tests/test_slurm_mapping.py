@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from synergy.scheduler.backends.slurm import mapping
+from synergy.scheduler.backends.slurm.commands import duration_s, size_bytes
 from synergy.scheduler.daemon.config import ConfigError, load_config
 from synergy.scheduler.model import Placement
 from synergy.scheduler.tasks import LAUNCH_FAILED, TaskKey, TaskPhase
@@ -29,7 +30,7 @@ def test_a_slurm_node_becomes_a_synergy_node_with_its_gres_gpus() -> None:
     r = n.record
     assert (r.id, r.hostname, r.capacity.gpus, r.capacity.cpus, r.capacity.mem_gb) == ("n1", "h1", 4, 8.0, 32.0)
     assert r.gpu_type == "V100" and r.agent_version == "slurm 22.05.8" and n.status == "up"
-    assert n.telemetry == {"load_avg_1m": 1.5}
+    assert n.telemetry == {"load_avg_1m": 1.5, "sampled_by": "slurm"}
 
 
 @pytest.mark.parametrize("gres, want", [("gpu:t4:2", (2, "T4")), ("gpu:2", (2, "")), ("", (0, "")),
@@ -80,6 +81,22 @@ def test_a_job_cancelled_in_slurm_by_someone_else_is_a_failure_even_after_a_chec
     assert t.exit_code == -15 and "cancelled in Slurm, not by Synergy" in t.message
     ours = mapping.observed(slurm_job("CANCELLED", 9), KEY, SHARE, True)  # our own stop, escalated
     assert ours.exit_code == -9
+
+
+def test_slurm_figures() -> None:
+    assert [duration_s(t) for t in ("00:01", "01:02:03", "1-00:00:01", "00:00:01.500")] == [1, 3723, 86401, 1.5]
+    assert [size_bytes(t) for t in ("109268K", "2M", "1.5G", "512", "")] == [109268 * 1024, 2 * 2**20, 3 * 2**29, 512, 0]
+
+
+def test_cpu_in_cores_is_the_rate_between_changes_of_slurms_cpu_time() -> None:
+    first, s1 = mapping.usage_sample(10.0, 100, None, now=100.0)
+    assert first == {"rss_bytes": 100, "sampled_by": "slurm"}  # one figure: no rate yet
+    same, s2 = mapping.usage_sample(10.0, 100, s1, now=101.0)  # Slurm has not refreshed it
+    assert "cpu_cores" not in same and s2 == s1
+    later, s3 = mapping.usage_sample(13.0, 120, s2, now=102.0)
+    assert later["cpu_cores"] == 1.5 and s3 == (13.0, 102.0, 1.5)
+    kept, _ = mapping.usage_sample(13.0, 130, s3, now=103.0)
+    assert kept == {"rss_bytes": 130, "sampled_by": "slurm", "cpu_cores": 1.5}
 
 
 def test_a_refused_launch_reads_as_an_impossible_placement() -> None:

@@ -51,6 +51,11 @@ def test_scancel_from_outside_fails_the_job_with_slurms_reason(tmp_path: Path, s
                          command=train_command(rec, "--samples", "400", "--epochs", "1", "--step-s", "0.1")).id
         wait_for(lambda: len(records(rec)) >= 2, timeout=90, what=f"a to train ({admin.describe(a).state_reason})")
         (sj,) = slurm_jobs_of(slurm, d, a)
+        # describe names the Slurm job and shows Slurm's own figures for it, labelled so.
+        task = wait_for(lambda: [t for t in admin.describe(a).tasks if t.usage.rss_bytes], timeout=20,
+                        what="Slurm's usage figures")[0]
+        assert task.backend_job == f"slurm {sj['job_id']}" and task.usage.sampled_by == "slurm"
+        assert 10 * 2**20 < task.usage.rss_bytes < 2**31  # a PyTorch process, as Slurm's jobacct_gather sees it
         slurm.run("scancel", str(sj["job_id"]))
         wait_for(lambda: admin.state(a) == "failed", timeout=60, what=f"a to fail ({admin.describe(a).state_reason})")
         reason = admin.describe(a).state_reason

@@ -88,6 +88,8 @@ class SlurmBridge:
     #: tasks the daemon said it no longer needs to hear about.
     forgotten: set[TaskKey] = field(default_factory=set)
     version: str = ""
+    #: Slurm job id -> its last new CPU figure from sstat (mapping.usage_sample).
+    cpu_seen: dict[int, mapping.CpuSample] = field(default_factory=dict)
 
     @property
     def instance_id(self) -> str:
@@ -143,10 +145,11 @@ class SlurmBridge:
             return
         seen = self._ours(jobs)
         now = self.ctx.clock.now()
+        usage = self._usage(seen, now)
         for node in nodes:
             if node.status == "lost":
                 continue  # no heartbeat: the daemon loses the node after --node-timeout-s
-            reply = self._report(node, self._tasks_on(node.record.id, seen, now))
+            reply = self._report(node, self._tasks_on(node.record.id, seen, now, usage))
             if reply is None:
                 continue
             self.forgotten.update(reply.forget)
@@ -168,7 +171,22 @@ class SlurmBridge:
         self.forgotten &= set(out)  # a job squeue no longer lists cannot be reported again
         return out
 
-    def _tasks_on(self, node_id: str, seen: dict[TaskKey, _Seen], now: float) -> list[ObservedTask]:
+    def _usage(self, seen: dict[TaskKey, _Seen], now: float) -> dict[int, dict[str, Any]]:
+        """Slurm's CPU and RSS figures of the running tasks, by Slurm job id (none when sstat fails:
+        a step that ended between squeue and sstat, or no jobacct_gather plugin)."""
+        running = [s.slurm_id for s in seen.values() if str(s.job.get("job_state")) == "RUNNING"]
+        try:
+            raw = self.slurm.usage(running)
+        except SlurmError:
+            return {}
+        out, kept = {}, {}
+        for i, (cpu_s, rss) in raw.items():
+            out[i], kept[i] = mapping.usage_sample(cpu_s, rss, self.cpu_seen.get(i), now)
+        self.cpu_seen = kept
+        return out
+
+    def _tasks_on(self, node_id: str, seen: dict[TaskKey, _Seen], now: float,
+                  usage: Mapping[int, Mapping[str, Any]]) -> list[ObservedTask]:
         tasks: dict[TaskKey, ObservedTask] = {}
         for key, s in seen.items():
             if s.share.server_id != node_id or key in self.forgotten:
@@ -179,7 +197,7 @@ class SlurmBridge:
             if key in self.refused:
                 continue
             tail = self._log_tail(key) if mapping.is_finished(s.job) else ""
-            tasks[key] = mapping.observed(s.job, key, s.share, key in self.stopping, tail)
+            tasks[key] = mapping.observed(s.job, key, s.share, key in self.stopping, tail, usage.get(s.slurm_id))
         for key, (node, _, share) in self.submitted.items():
             if node == node_id:
                 tasks.setdefault(key, ObservedTask(key, TaskPhase.STARTING, placement=share))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 #: The commands the backend runs (checked at start).
-COMMANDS = ("sinfo", "squeue", "sbatch", "scancel")
+COMMANDS = ("sinfo", "squeue", "sbatch", "scancel", "sstat")
 
 
 class SlurmError(RuntimeError):
@@ -70,6 +70,25 @@ class Slurm:
         """Every job of the partition Slurm still remembers, finished ones included (MinJobAge)."""
         return list(self.json(["squeue", "--json", "--states=all", f"--partition={partition}"]).get("jobs", []))
 
+    def usage(self, slurm_ids: Sequence[int]) -> dict[int, tuple[float, int]]:
+        """(CPU seconds, RSS bytes) of running jobs' batch steps, from Slurm's accounting
+        (`sstat --parsable2`; jobacct_gather samples every JobAcctGatherFrequency)."""
+        if not slurm_ids:
+            return {}
+        out = self.run(["sstat", "--allsteps", "--noheader", "--parsable2", "--format=JobID,TRESUsageInTot",
+                        "--jobs", ",".join(f"{i}.batch" for i in slurm_ids)])
+        usage: dict[int, tuple[float, int]] = {}
+        for line in out.splitlines():
+            step, _, tres = line.partition("|")
+            if not step.endswith(".batch"):
+                continue
+            fields = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv)
+            try:
+                usage[int(step.split(".")[0])] = (duration_s(fields.get("cpu", "0")), size_bytes(fields.get("mem", "0")))
+            except ValueError:
+                continue
+        return usage
+
     # -- acting -----------------------------------------------------------------------------------
     def submit(self, flags: Sequence[str], script: str, env: Mapping[str, str]) -> int:
         """sbatch a batch script given on stdin; the Slurm job id."""
@@ -86,3 +105,21 @@ class Slurm:
     def cancel(self, job_id: int) -> None:
         """Cancel the job outright (SIGTERM, then SIGKILL after Slurm's KillWait)."""
         self.run(["scancel", "--full", "--signal=KILL", str(job_id)])
+
+
+def duration_s(text: str) -> float:
+    """Slurm's `[DD-][HH:]MM:SS[.mmm]` as seconds."""
+    days, _, clock = text.rpartition("-")
+    parts = [float(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    h, m, sec = parts[-3:]
+    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + sec
+
+
+def size_bytes(text: str) -> int:
+    """Slurm's `109268K` (K, M, G, T: powers of 1024; no suffix: bytes) as bytes."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(float(text or 0))

@@ -80,7 +80,9 @@ def node_from_sinfo(n: Mapping[str, Any], version: str, instance_id: str) -> Slu
     else:
         status = "up"
     load = n.get("cpu_load")
-    telemetry = {"load_avg_1m": float(load) / 100} if isinstance(load, (int, float)) and load >= 0 else {}
+    telemetry: dict[str, Any] = {"sampled_by": "slurm"}
+    if isinstance(load, (int, float)) and load >= 0:  # sinfo's CPU load is the load average x 100
+        telemetry["load_avg_1m"] = float(load) / 100
     return SlurmNode(record, status, reason, tuple(n.get("partitions") or ()), telemetry)
 
 
@@ -158,13 +160,15 @@ def exit_status(raw: Any) -> int:
     return -(status & 0x7F) if status & 0x7F else (status >> 8) & 0xFF
 
 
-def observed(job: Mapping[str, Any], key: TaskKey, share: Placement, stopping: bool, log_tail: str = "") -> ObservedTask:
-    """What our agent would report for the task this Slurm job carries."""
+def observed(job: Mapping[str, Any], key: TaskKey, share: Placement, stopping: bool, log_tail: str = "",
+             usage: Mapping[str, Any] | None = None) -> ObservedTask:
+    """What our agent would report for the task this Slurm job carries (`usage`: Slurm's sample)."""
     state = str(job.get("job_state", ""))
     slurm_id = int(job.get("job_id", 0))
+    backend_job = f"slurm {slurm_id}"
     if not is_finished(job):
         phase = TaskPhase.STARTING if is_pending(job) else TaskPhase.STOPPING if stopping else TaskPhase.RUNNING
-        return ObservedTask(key, phase, placement=share)
+        return ObservedTask(key, phase, placement=share, usage=dict(usage or {}), backend_job=backend_job)
     code = exit_status(job.get("exit_code"))
     reason = str(job.get("state_reason", "") or "")
     why = f"Slurm job {slurm_id} {state}" + (f" ({reason})" if reason and reason != "None" else "")
@@ -181,7 +185,28 @@ def observed(job: Mapping[str, Any], key: TaskKey, share: Placement, stopping: b
     message = why if code != 0 else ""
     if code not in (0, 75) and log_tail:
         message = f"{why}; last output:\n{log_tail}"
-    return ObservedTask(key, TaskPhase.EXITED, exit_code=code, message=message, placement=share, oom_killed=oom)
+    return ObservedTask(key, TaskPhase.EXITED, exit_code=code, message=message, placement=share, oom_killed=oom,
+                        backend_job=backend_job)
+
+
+#: (CPU seconds, when, cores): Slurm's last new CPU figure for a task and the rate it gave.
+CpuSample = tuple[float, float, float | None]
+
+
+def usage_sample(cpu_s: float, rss_bytes: int, before: CpuSample | None, now: float) -> tuple[dict[str, Any], CpuSample]:
+    """A task's ResourceUsage (dict form) from Slurm's cumulative CPU time and RSS, and the CPU
+    sample to keep. Slurm refreshes its figures every JobAcctGatherFrequency only, so CPU in
+    cores is the rate between the last two *changes* of the CPU time, not between two reads."""
+    sample: CpuSample = (cpu_s, now, None)
+    if before is not None:
+        if cpu_s == before[0]:
+            sample = before
+        elif now > before[1] and cpu_s > before[0]:
+            sample = (cpu_s, now, round((cpu_s - before[0]) / (now - before[1]), 3))
+    out: dict[str, Any] = {"rss_bytes": rss_bytes, "sampled_by": "slurm"}
+    if sample[2] is not None:
+        out["cpu_cores"] = sample[2]
+    return out, sample
 
 
 def refused(key: TaskKey, share: Placement, why: str) -> ObservedTask:

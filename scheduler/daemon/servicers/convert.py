@@ -189,7 +189,8 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
 
 
 def task_to_info(node_id: str, t: ObservedTask) -> admin_pb2.TaskInfo:
-    info = admin_pb2.TaskInfo(rank=t.key.rank, node_id=node_id, state=t.phase.value, pid=t.pid)
+    info = admin_pb2.TaskInfo(rank=t.key.rank, node_id=node_id, state=t.phase.value, pid=t.pid,
+                              backend_job=t.backend_job)
     if t.usage:
         info.usage.CopyFrom(ParseDict(t.usage, common_pb2.ResourceUsage()))
     if t.throttle:
