@@ -38,6 +38,8 @@ class NodeView:
     telemetry: Mapping[str, Any]
     #: tasks the node's contention eliminator throttles now (live)
     throttled_tasks: int = 0
+    #: "JOB=BACKEND_JOB" of its live tasks run by a backend's jobs (Slurm), live
+    backend_jobs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -291,6 +293,8 @@ class NodeBook:
             live.last_heartbeat if live else 0.0,
             live.telemetry if live else {},
             sum(1 for t in live.tasks.values() if t.throttle) if live else 0,
+            tuple(sorted(f"{t.key.job_id}={t.backend_job}" for t in live.tasks.values()
+                         if t.backend_job and t.phase != TaskPhase.EXITED)) if live else (),
         )
 
     def _jobs_on(self, node_id: str) -> list[JobRecord]:

@@ -5,13 +5,15 @@ killed at its Slurm memory limit fails as OOM, and a restarted synergyd finds it
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from slurm_cluster import SlurmCluster
 from slurm_jobs import assert_exactly_once, records, slurm_jobs_of, start_daemon, train_command
-from synergyd_harness import wait_for
+from synergyd_harness import DaemonProcess, wait_for
 
 from synergy.v1 import admin_pb2
 
@@ -56,6 +58,9 @@ def test_scancel_from_outside_fails_the_job_with_slurms_reason(tmp_path: Path, s
                         what="Slurm's usage figures")[0]
         assert task.backend_job == f"slurm {sj['job_id']}" and task.usage.sampled_by == "slurm"
         assert 10 * 2**20 < task.usage.rss_bytes < 2**31  # a PyTorch process, as Slurm's jobacct_gather sees it
+        node = {n.node_id: n for n in admin.ListNodes(admin_pb2.ListNodesRequest()).nodes}[sj["nodes"]]
+        assert list(node.backend_jobs) == [f"{a}=slurm {sj['job_id']}"] and node.telemetry.sampled_by == "slurm"
+        assert f"{a} (slurm {sj['job_id']})" in cli(d, "nodes")  # `synergy nodes` shows it
         slurm.run("scancel", str(sj["job_id"]))
         wait_for(lambda: admin.state(a) == "failed", timeout=60, what=f"a to fail ({admin.describe(a).state_reason})")
         reason = admin.describe(a).state_reason
@@ -63,6 +68,13 @@ def test_scancel_from_outside_fails_the_job_with_slurms_reason(tmp_path: Path, s
     finally:
         admin.close()
         d.terminate()
+
+
+def cli(d: DaemonProcess, *argv: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "synergy.scheduler.cli.main", "--state-dir", str(d.state_dir), *argv],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_a_job_over_its_slurm_memory_limit_fails_as_oom(tmp_path: Path, slurm: SlurmCluster,

@@ -211,7 +211,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobInfo, _Mapping]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks", "pool", "gpu_type")
+    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks", "pool", "gpu_type", "backend_jobs")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,7 @@ class NodeInfo(_message.Message):
     THROTTLED_TASKS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_JOBS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     state: _common_pb2.NodeState
@@ -252,7 +253,8 @@ class NodeInfo(_message.Message):
     throttled_tasks: int
     pool: str
     gpu_type: str
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ..., pool: _Optional[str] = ..., gpu_type: _Optional[str] = ...) -> None: ...
+    backend_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ..., pool: _Optional[str] = ..., gpu_type: _Optional[str] = ..., backend_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LoanNodesRequest(_message.Message):
     __slots__ = ("node_ids",)

@@ -182,6 +182,7 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
         throttled_tasks=v.throttled_tasks,
         pool=n.pool.value,
         gpu_type=n.gpu_type,
+        backend_jobs=list(v.backend_jobs),
     )
     if v.telemetry:
         info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))
