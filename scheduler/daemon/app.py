@@ -131,7 +131,7 @@ class App:
         cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE, warn)
         self.started_at = self.clock.now()
         self.ctx = ctx = DaemonContext(
-            cfg, self.clock, self.store, ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log,
+            cfg, self.clock, self.store, ProfileBook(load_zoo(cfg.profiles), live_profiling=cfg.resizes_in_place), Metrics(), log=self.log,
             decider=decider_from_env(os.environ.get("SYNERGYD_DECIDER"), self.log),
         )
         logic = Logic.build(ctx)

@@ -15,6 +15,7 @@ from slurm_cluster import SlurmCluster
 from slurm_jobs import assert_exactly_once, records, slurm_jobs_of, start_daemon, train_command
 from synergyd_harness import DaemonProcess, wait_for
 
+from synergy.scheduler.daemon.profiles import NO_LIVE_PROFILING
 from synergy.v1 import admin_pb2
 
 
@@ -24,8 +25,11 @@ def test_a_slurm_drain_moves_the_job_which_resumes_exactly(tmp_path: Path, slurm
     admin = d.admin()
     rec = tmp_path / "batches.txt"
     try:
-        a = admin.submit("a", gpus=1, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
+        # profiler "auto", no known profile: our agent would profile it live; Slurm cannot resize
+        # a task to each point, so it keeps the stand-in profile, and describe says why.
+        a = admin.submit("a", gpus=1, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"), profiler="auto",
                          command=train_command(rec, "--samples", "64", "--epochs", "2", "--step-s", "0.1")).id
+        assert any(NO_LIVE_PROFILING in t.reason for t in admin.describe(a).history)
         wait_for(lambda: len(records(rec)) >= 3, timeout=90, what=f"a to train ({admin.describe(a).state_reason})")
         first = admin.describe(a).placements[0].node_id
         slurm.scontrol("update", f"NodeName={first}", "State=DRAIN", "Reason=fan failure")
