@@ -65,6 +65,8 @@ def test_scancel_from_outside_fails_the_job_with_slurms_reason(tmp_path: Path, s
         node = {n.node_id: n for n in admin.ListNodes(admin_pb2.ListNodesRequest()).nodes}[sj["nodes"]]
         assert list(node.backend_jobs) == [f"{a}=slurm {sj['job_id']}"] and node.telemetry.sampled_by == "slurm"
         assert f"{a} (slurm {sj['job_id']})" in cli(d, "nodes")  # `synergy nodes` shows it
+        # `synergy logs` reads the task's log in the shared work dir, as an agent would relay it.
+        assert f"synergy: job {a} attempt 1 rank 0: Slurm job {sj['job_id']} on {sj['nodes']}" in cli(d, "logs", str(a))
         slurm.run("scancel", str(sj["job_id"]))
         wait_for(lambda: admin.state(a) == "failed", timeout=60, what=f"a to fail ({admin.describe(a).state_reason})")
         reason = admin.describe(a).state_reason

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from synergy.agent import contract
+from synergy.agent.logrelay import read_range
 from synergy.scheduler.backends.slurm import mapping
 from synergy.scheduler.backends.slurm.commands import Slurm, SlurmError
 from synergy.scheduler.backends.slurm.mapping import SlurmNode
@@ -35,6 +36,7 @@ from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook, NodeReply
 from synergy.scheduler.daemon.reconciler import Instruction, InstructionKind
 from synergy.scheduler.daemon.records import AdminState
+from synergy.scheduler.daemon.tasklogs import MAX_LOG_CHUNKS, LogChunk, LogRequest
 from synergy.scheduler.model import Placement
 from synergy.scheduler.tasks import TaskKey, TaskPhase
 
@@ -88,6 +90,8 @@ class SlurmBridge:
     #: tasks the daemon said it no longer needs to hear about.
     forgotten: set[TaskKey] = field(default_factory=set)
     version: str = ""
+    #: node id -> `synergy logs` requests of its last reply (answered from the shared work dir).
+    log_requests: dict[str, list[LogRequest]] = field(default_factory=dict)
     #: Slurm job id -> its last new CPU figure from sstat (mapping.usage_sample).
     cpu_seen: dict[int, mapping.CpuSample] = field(default_factory=dict)
 
@@ -153,6 +157,7 @@ class SlurmBridge:
             if reply is None:
                 continue
             self.forgotten.update(reply.forget)
+            self.log_requests[node.record.id] = list(reply.log_requests)  # answered next pass, as an agent does
             for key in reply.forget:
                 self.refused.pop(key, None)
             for ins in reply.instructions:
@@ -226,7 +231,8 @@ class SlurmBridge:
                 reply = self.nodes.register(node.record, tasks)
                 self.registered.add(node_id)
                 return reply
-            return self.nodes.heartbeat(node_id, node.telemetry, tasks, self.instance_id)
+            return self.nodes.heartbeat(node_id, node.telemetry, tasks, self.instance_id,
+                                        self._log_chunks(self.log_requests.pop(node_id, [])))
         except DaemonError as exc:
             self.registered.discard(node_id)
             event(self.ctx.log, "slurm.node_refused", logging.WARNING, node=node_id, error=str(exc))
@@ -259,8 +265,7 @@ class SlurmBridge:
         if key in seen or key in self.submitted:  # never twice: squeue already has it
             return
         s = self.settings
-        log = s.work_dir / "logs" / f"{key.job_id}-{key.attempt}-{key.rank}.log"
-        request = mapping.batch_request(key, job, share, s.partition, s.cluster, str(log),
+        request = mapping.batch_request(key, job, share, s.partition, s.cluster, str(self._log_path(key)),
                                         job.spec.working_dir or str(s.work_dir))
         try:
             slurm_id = self.slurm.submit(request.flags, request.script, self._environment(ins))
@@ -337,8 +342,27 @@ class SlurmBridge:
                 event(self.ctx.log, "slurm.killed", job=key.job_id, attempt=key.attempt, rank=key.rank,
                       slurm_job=slurm_id)
 
+    def _log_path(self, key: TaskKey) -> Path:
+        return self.settings.work_dir / "logs" / f"{key.job_id}-{key.attempt}-{key.rank}.log"
+
+    def _log_chunks(self, requests: list[LogRequest]) -> list[LogChunk]:
+        """`synergy logs`: the asked byte ranges of task logs, read as our agent reads them (logrelay)."""
+        out = []
+        for req in requests[:MAX_LOG_CHUNKS]:
+            path = self._log_path(req.key)
+            try:
+                start, data, eof = read_range(path, req.offset, req.max_bytes, req.tail)
+            except FileNotFoundError:
+                out.append(LogChunk(req.key, 0, b"", True))  # nothing written yet
+                continue
+            except OSError as exc:
+                out.append(LogChunk(req.key, 0, b"", False, f"cannot read {path}: {exc.strerror or exc}"))
+                continue
+            out.append(LogChunk(req.key, start, data, eof))
+        return out
+
     def _log_tail(self, key: TaskKey) -> str:
-        log = self.settings.work_dir / "logs" / f"{key.job_id}-{key.attempt}-{key.rank}.log"
+        log = self._log_path(key)
         try:
             with open(log, "rb") as f:
                 f.seek(max(0, os.path.getsize(log) - 4096))

@@ -250,6 +250,8 @@ def batch_request(key: TaskKey, job: JobRecord, p: Placement, partition: str, cl
         "# The cores Slurm bound this task to, as the contract's SYNERGY_ALLOC_CORES (a cpu list).",
         "SYNERGY_ALLOC_CORES=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)",
         "export SYNERGY_ALLOC_CORES",
+        f'echo "synergy: job {key.job_id} attempt {key.attempt} rank {key.rank}: Slurm job $SLURM_JOB_ID on '
+        '$SLURMD_NODENAME, cores $SYNERGY_ALLOC_CORES"',
         f"exec {shlex.join(job.spec.command)}",
         "",
     ))
