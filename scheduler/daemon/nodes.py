@@ -243,6 +243,15 @@ class NodeBook:
                 self._lose(node.id, f"node {node.id} lost: no heartbeat for {silent:.1f} s")
         return lost
 
+    def lose(self, node_id: str, why: str) -> None:
+        """A backend says the node is gone (Slurm: down, or a job failed with its node): lost
+        now rather than after the node timeout, its jobs requeued. It is back at its next heartbeat."""
+        with self.ctx.lock:
+            if self.ctx.store.node(node_id) is None:
+                return
+            event(self.ctx.log, "node.lost", node=node_id, reason=why)
+            self._lose(node_id, why)
+
     def _lose(self, node_id: str, why: str) -> None:
         """The node's observed tasks are unknown from now on: requeue its jobs (caller holds the lock)."""
         ctx = self.ctx

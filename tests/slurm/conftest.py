@@ -50,7 +50,4 @@ def slurm_session() -> Iterator[SlurmCluster]:
 def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
     """The session's cluster, as a test leaves it cleaned: jobs cancelled, nodes resumed."""
     yield slurm_session
-    c = slurm_session
-    c.run("scancel", "--full", "--signal=KILL", "--partition", c.partition, check=False)
-    for node in c.nodes:
-        c.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+    slurm_session.reset()

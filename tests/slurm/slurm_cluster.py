@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+            "DEADLINE"}
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol")
 #: What each fake node offers (the machine has 2 cores; every node sees both).
 NODE_CPUS = 2
@@ -160,7 +162,7 @@ ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup,task/affinity
 GresTypes=gpu
 SlurmdParameters=config_overrides
-ReturnToService=2
+ReturnToService=1
 MinJobAge=600
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2
@@ -181,6 +183,14 @@ PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=NO MaxTime=I
             "ConstrainCores=yes\nConstrainRAMSpace=yes\nConstrainDevices=no\n"
         )
         (r / "plugstack.conf").write_text("")
+
+    def reset(self) -> None:
+        """Between tests: every job cancelled and gone from the nodes, every node resumed."""
+        self.run("scancel", "--full", "--signal=KILL", "--partition", self.partition, check=False)
+        _wait(lambda: all(j["job_state"] in FINISHED for j in self.jobs()), 30, "the jobs to end")
+        for node in self.nodes:
+            self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        _wait(self._all_idle, 30, "every node to be idle again")
 
     def stop(self) -> None:
         """Cancel every job, then stop the daemons (slurmd first), each by its own pid."""

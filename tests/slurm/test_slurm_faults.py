@@ -16,7 +16,7 @@ from slurm_jobs import assert_exactly_once, records, slurm_jobs_of, start_daemon
 from synergyd_harness import DaemonProcess, wait_for
 
 from synergy.scheduler.daemon.profiles import NO_LIVE_PROFILING
-from synergy.v1 import admin_pb2
+from synergy.v1 import admin_pb2, common_pb2
 
 
 def test_a_slurm_drain_moves_the_job_which_resumes_exactly(tmp_path: Path, slurm: SlurmCluster,
@@ -139,6 +139,31 @@ def test_a_launch_slurm_keeps_pending_is_requeued_with_slurms_reason(tmp_path: P
         assert "Slurm kept job" in why and "pending for over 2 s (Resources)" in why, why
         (sj, *_) = slurm_jobs_of(slurm, d, a)
         assert sj["job_state"] == "CANCELLED"  # withdrawn from Slurm's queue, not left to start later
+    finally:
+        admin.close()
+        d.terminate()
+
+
+def test_a_node_slurm_loses_is_lost_to_synergy_and_its_job_runs_elsewhere(tmp_path: Path, slurm: SlurmCluster,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    d = start_daemon(tmp_path, slurm, monkeypatch)
+    admin = d.admin()
+    rec = tmp_path / "batches.txt"
+    try:
+        a = admin.submit("a", gpus=1, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
+                         command=train_command(rec, "--samples", "64", "--epochs", "1", "--step-s", "0.1")).id
+        wait_for(lambda: len(records(rec)) >= 3, timeout=90, what=f"a to train ({admin.describe(a).state_reason})")
+        first = admin.describe(a).placements[0].node_id
+        slurm.scontrol("update", f"NodeName={first}", "State=DOWN", "Reason=power supply")
+        wait_for(lambda: admin.describe(a).attempt == 2 and admin.state(a) == "running", timeout=60,
+                 what=f"a to run elsewhere ({admin.describe(a).state_reason})")
+        info = admin.describe(a)
+        assert info.placements[0].node_id != first
+        assert any(f"node {first} lost" in t.reason for t in info.history), info.history
+        nodes = {n.node_id: n for n in admin.ListNodes(admin_pb2.ListNodesRequest()).nodes}
+        assert common_pb2.NodeState.Name(nodes[first].state) == "NODE_STATE_LOST"
+        wait_for(lambda: admin.state(a) == "succeeded", timeout=120,
+                 what=f"a to finish ({admin.state(a)}: {admin.describe(a).state_reason})")
     finally:
         admin.close()
         d.terminate()

@@ -90,6 +90,9 @@ class SlurmBridge:
     #: tasks the daemon said it no longer needs to hear about.
     forgotten: set[TaskKey] = field(default_factory=set)
     version: str = ""
+    #: nodes lost to Slurm (told to the daemon once), and tasks whose NODE_FAIL has been acted on.
+    lost_nodes: set[str] = field(default_factory=set)
+    node_failed: set[TaskKey] = field(default_factory=set)
     #: node id -> `synergy logs` requests of its last reply (answered from the shared work dir).
     log_requests: dict[str, list[LogRequest]] = field(default_factory=dict)
     #: Slurm job id -> its last new CPU figure from sstat (mapping.usage_sample).
@@ -151,8 +154,8 @@ class SlurmBridge:
         now = self.ctx.clock.now()
         usage = self._usage(seen, now)
         for node in nodes:
-            if node.status == "lost":
-                continue  # no heartbeat: the daemon loses the node after --node-timeout-s
+            if self._lost(node, seen):
+                continue
             reply = self._report(node, self._tasks_on(node.record.id, seen, now, usage))
             if reply is None:
                 continue
@@ -164,6 +167,24 @@ class SlurmBridge:
                 self._carry_out(ins, seen)
         self._escalate_stops(seen, now)
 
+    def _lost(self, node: SlurmNode, seen: dict[TaskKey, _Seen]) -> bool:
+        """Whether Slurm has lost the node: down (lost to Synergy once, on the change) or a job
+        of ours on it ended NODE_FAIL (squeue may say so before sinfo does). Its jobs are requeued
+        at once; the node is back at its next heartbeat, once Slurm has it up again."""
+        node_id = node.record.id
+        failed = [k for k, s in seen.items() if s.share.server_id == node_id and k not in self.node_failed
+                  and str(s.job.get("job_state")) == "NODE_FAIL"]
+        if node.status != "lost" and not failed:
+            self.lost_nodes.discard(node_id)
+            return False
+        if failed or node_id not in self.lost_nodes:
+            why = node.reason if node.status == "lost" else f"Slurm job {seen[failed[0]].slurm_id} NODE_FAIL"
+            self.nodes.lose(node_id, f"node {node_id} lost: {why}")
+            self.node_failed.update(failed)
+            self.lost_nodes.add(node_id)
+            self.registered.discard(node_id)
+        return True
+
     def _ours(self, jobs: list[Mapping[str, Any]]) -> dict[TaskKey, _Seen]:
         """This synergyd's Slurm jobs by task (the newest Slurm job where a task has two)."""
         out: dict[TaskKey, _Seen] = {}
@@ -174,6 +195,7 @@ class SlurmBridge:
                 out[key] = _Seen(int(j["job_id"]), j, share)
                 self.submitted.pop(key, None)
         self.forgotten &= set(out)  # a job squeue no longer lists cannot be reported again
+        self.node_failed &= set(out)
         return out
 
     def _usage(self, seen: dict[TaskKey, _Seen], now: float) -> dict[int, dict[str, Any]]:
@@ -393,6 +415,8 @@ class SlurmSyncEvent(PeriodicEvent):
     """One bridge pass per heartbeat interval, on an event loop of its own (app.py)."""
 
     name = "slurm-sync"
+    #: Most of a pass is Slurm's commands, outside the state lock: only a pass this slow is worth a warning.
+    slow_s = 5.0
 
     def __init__(self, bridge: SlurmBridge) -> None:
         self.bridge = bridge
