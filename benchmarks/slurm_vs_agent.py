@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "agent"), str(ROOT / "tests" / "slurm")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "agent"), str(ROOT / "tests" / "iterator"),
+                str(ROOT / "tests" / "slurm")]
 
 from agent_harness import AgentProcess  # noqa: E402
 from slurm_cluster import SlurmCluster, missing  # noqa: E402

@@ -88,21 +88,20 @@ def build(tmp_path: Path, fake: FakeSlurm, logic: Logic | None = None) -> tuple[
     return logic, bridge
 
 
-def submit(logic: Logic) -> int:
-    return logic.jobs.submit(JobSpec(name="a", command=("train",), gpus=1, profiler="none")).id
-
-
-def round_(logic: Logic) -> None:
+def placed(tmp_path: Path, fake: FakeSlurm) -> tuple[Logic, SlurmBridge, int]:
+    """Nodes registered, one job submitted, placed by a round and its LAUNCH carried out."""
+    logic, bridge = build(tmp_path, fake)
+    bridge.sync()  # registers the nodes
+    job = logic.jobs.submit(JobSpec(name="a", command=("train",), gpus=1, profiler="none")).id
     logic.rounds.apply(logic.rounds.plan())
+    bridge.sync()
+    return logic, bridge, job
 
 
 def test_a_placed_job_is_submitted_once_even_across_a_restart(tmp_path: Path) -> None:
     fake = FakeSlurm()
-    logic, bridge = build(tmp_path, fake)
-    bridge.sync()  # registers the nodes
-    job = submit(logic)
-    round_(logic)
-    for _ in range(3):
+    logic, bridge, job = placed(tmp_path, fake)
+    for _ in range(2):
         bridge.sync()
     assert [c for c in fake.calls if c[0] == "sbatch"] == [("sbatch", f"synergy.{job}.1.0")]
     # A new synergyd on the same store: its bridge finds the Slurm job and launches nothing.
@@ -122,11 +121,7 @@ def test_a_placed_job_is_submitted_once_even_across_a_restart(tmp_path: Path) ->
 
 def test_a_refused_sbatch_requeues_the_job_with_slurms_reason(tmp_path: Path) -> None:
     fake = FakeSlurm(refuse="Requested node configuration is not available")
-    logic, bridge = build(tmp_path, fake)
-    bridge.sync()
-    job = submit(logic)
-    round_(logic)
-    bridge.sync()  # the LAUNCH: sbatch refuses
+    logic, bridge, job = placed(tmp_path, fake)  # sbatch refused the LAUNCH
     bridge.sync()  # reported as an impossible placement
     j = logic.jobs.get(job)
     assert j.state == JobState.QUEUED
@@ -135,11 +130,7 @@ def test_a_refused_sbatch_requeues_the_job_with_slurms_reason(tmp_path: Path) ->
 
 def test_node_fail_before_sinfo_says_down_requeues_rather_than_fails(tmp_path: Path) -> None:
     fake = FakeSlurm()
-    logic, bridge = build(tmp_path, fake)
-    bridge.sync()
-    job = submit(logic)
-    round_(logic)
-    bridge.sync()
+    logic, bridge, job = placed(tmp_path, fake)
     fake.end(1, "NODE_FAIL", 0)  # squeue already says NODE_FAIL, sinfo still says idle
     bridge.sync()
     j = logic.jobs.get(job)
@@ -150,11 +141,7 @@ def test_node_fail_before_sinfo_says_down_requeues_rather_than_fails(tmp_path: P
 
 def test_a_stop_is_sigterm_then_a_cancel_after_the_grace(tmp_path: Path) -> None:
     fake = FakeSlurm()
-    logic, bridge = build(tmp_path, fake)
-    bridge.sync()
-    job = submit(logic)
-    round_(logic)
-    bridge.sync()
+    logic, bridge, job = placed(tmp_path, fake)
     logic.jobs.cancel(job, "test")
     bridge.sync()
     assert ("signal", "1", "TERM") in fake.calls and ("cancel", "1") not in fake.calls

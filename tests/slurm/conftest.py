@@ -8,13 +8,19 @@ test here is skipped with one line saying why; .ci/run installs it.
 from __future__ import annotations
 
 import shutil
+import sys
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from slurm_cluster import SlurmCluster, missing
+
+here = Path(__file__).parent
+# The iterator tests' job helpers (job_cluster.py) and the agent harness they import.
+sys.path[:0] = [str(here.parent / "iterator"), str(here.parent / "agent")]
+
+from slurm_cluster import SlurmCluster, missing  # noqa: E402
 
 WHY_NOT = missing()
 
@@ -22,7 +28,6 @@ WHY_NOT = missing()
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not WHY_NOT:
         return
-    here = Path(__file__).parent
     skip = pytest.mark.skip(reason=f"Slurm tests skipped: {WHY_NOT}")
     for item in items:
         if Path(str(item.fspath)).is_relative_to(here):

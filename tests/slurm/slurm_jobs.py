@@ -1,41 +1,18 @@
 """What the Slurm end-to-end tests share: synergyd on the test Slurm cluster, the real PyTorch
-job script of the iterator's tests (tests/iterator/train_script.py, one-line SynergyIterator
-wrap) and the batches it records, and Slurm's view of a Synergy task."""
+job of the iterator's tests (job_cluster.py: train_script.py with the one-line SynergyIterator
+wrap, and the batches it records), and Slurm's view of a Synergy task."""
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from job_cluster import Row, records, train_command
 from slurm_cluster import SlurmCluster
-from synergyd_harness import DaemonProcess
+from synergyd_harness import Admin, DaemonProcess, wait_for
 
 from synergy.scheduler.backends.slurm.bridge import cluster_tag
-
-SCRIPT = str(Path(__file__).parents[1] / "iterator" / "train_script.py")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One trained batch: step rank epoch loss ids attempt (train_script.py's record)."""
-
-    step: int
-    epoch: int
-    ids: tuple[int, ...]
-    attempt: int
-
-
-def records(path: Path) -> list[Row]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        step, _, epoch, _, ids, attempt = line.split()
-        out.append(Row(int(step), int(epoch), tuple(int(i) for i in ids.split(",")), int(attempt)))
-    return out
 
 
 def assert_exactly_once(rows: list[Row], samples: int, epochs: int) -> None:
@@ -47,8 +24,19 @@ def assert_exactly_once(rows: list[Row], samples: int, epochs: int) -> None:
         assert ids == list(range(samples)), f"epoch {epoch}: a batch repeated or skipped"
 
 
-def train_command(record: Path, *args: str) -> tuple[str, ...]:
-    return (sys.executable, "-u", SCRIPT, "--record", str(record), *args)
+def training(admin: Admin, tmp_path: Path, *args: str, **spec: Any) -> tuple[int, Path]:
+    """Job "a": train_script.py (checkpointing to tmp_path/ckpt) with `args`, once it has trained
+    three batches; its id and its batch record."""
+    rec = tmp_path / "batches.txt"
+    a = admin.submit("a", gpus=1, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
+                     command=train_command(rec, *args), **spec).id
+    wait_for(lambda: len(records(rec)) >= 3, timeout=90, what=f"a to train ({admin.describe(a).state_reason})")
+    return a, rec
+
+
+def finished(admin: Admin, job: int) -> None:
+    wait_for(lambda: admin.state(job) == "succeeded", timeout=120,
+             what=f"job {job} to finish ({admin.state(job)}: {admin.describe(job).state_reason})")
 
 
 def start_daemon(tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch, *extra: str,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import SlurmCluster
-from slurm_jobs import (assert_exactly_once, memory_limit_mb, records, slurm_jobs_of, start_daemon, task_pid,
-                        train_command)
+from slurm_jobs import (assert_exactly_once, finished, memory_limit_mb, records, slurm_jobs_of, start_daemon,
+                        task_pid, train_command)
 from synergyd_harness import wait_for
 
 from synergy.v1 import admin_pb2
@@ -57,8 +57,7 @@ def test_a_job_is_placed_as_a_slurm_job_and_a_resize_is_a_new_slurm_job(
                                  and j["job_state"] == "RUNNING"], what="a's second Slurm job")[0]
         assert sj2["cpus"] == 1 and sj2["memory_per_node"] == int(info.placements[0].mem_gb * 1024)
         assert memory_limit_mb(wait_for(lambda: task_pid(a, 2), what="a's new process")) == sj2["memory_per_node"]
-        wait_for(lambda: admin.state(a) == "succeeded", timeout=120,
-                 what=f"a to finish ({admin.state(a)}: {admin.describe(a).state_reason})")
+        finished(admin, a)
         first = slurm_jobs_of(slurm, d, a)[0]
         assert first["job_state"] == "FAILED" and first["exit_code"] >> 8 == 75  # checkpointed, restart me
         rows = records(rec)
