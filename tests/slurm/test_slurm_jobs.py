@@ -68,3 +68,25 @@ def test_a_job_is_placed_as_a_slurm_job_and_a_resize_is_a_new_slurm_job(
     finally:
         admin.close()
         d.terminate()
+
+
+def test_a_two_node_job_is_one_slurm_job_per_rank_meeting_at_rank_0s_host(
+        tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = start_daemon(tmp_path, slurm, monkeypatch)
+    admin = d.admin()
+    rec = tmp_path / "batches.txt"
+    try:
+        wait_for(lambda: len(admin.ListNodes(admin_pb2.ListNodesRequest()).nodes) == 2, what="both nodes")
+        # Four GPUs: both nodes, one rank each; the ranks all-reduce over gloo at the contract's rendezvous.
+        a = admin.submit("wide", gpus=4, working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
+                         command=train_command(rec, "--samples", "96", "--epochs", "1", "--step-s", "0.05",
+                                               "--elastic", "--gloo")).id
+        finished(admin, a)
+        ranks = {j["name"]: j["nodes"] for j in slurm_jobs_of(slurm, d, a)}
+        assert sorted(ranks) == [f"synergy.{a}.1.0", f"synergy.{a}.1.1"] and sorted(ranks.values()) == slurm.nodes
+        rows = records(rec)
+        assert {r.rank for r in rows} == {0, 1}
+        assert sorted(i for r in rows for i in r.ids) == list(range(96))  # the two ranks split the epoch
+    finally:
+        admin.close()
+        d.terminate()
