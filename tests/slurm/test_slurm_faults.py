@@ -135,6 +135,7 @@ def test_a_launch_slurm_keeps_pending_is_requeued_with_slurms_reason(slurm: Slur
         info = wait_for(lambda: (i := admin.describe(a)).preemptions >= 1 and i, timeout=60,
                         what=f"a to be requeued ({admin.describe(a).state_reason})")
         why = " ".join(t.reason for t in info.history)
+        assert '"event":"slurm.foreign_job"' in d.log_text() and "admin-maintenance" in d.log_text()
         assert "Slurm kept job" in why and "pending for over 2 s (" in why, why  # (Slurm's reason: Resources)
         (sj, *_) = slurm_jobs_of(slurm, d, a)
         assert sj["job_state"] == "CANCELLED"  # withdrawn from Slurm's queue, not left to start later

@@ -90,6 +90,8 @@ class SlurmBridge:
     #: tasks the daemon said it no longer needs to hear about.
     forgotten: set[TaskKey] = field(default_factory=set)
     version: str = ""
+    #: Slurm jobs in the partition that are not this synergyd's (warned about once).
+    foreign_seen: set[int] = field(default_factory=set)
     #: nodes lost to Slurm (told to the daemon once), and tasks whose NODE_FAIL has been acted on.
     lost_nodes: set[str] = field(default_factory=set)
     node_failed: set[TaskKey] = field(default_factory=set)
@@ -151,6 +153,7 @@ class SlurmBridge:
             event(self.ctx.log, "slurm.unreachable", logging.WARNING, error=str(exc))
             return
         seen = self._ours(jobs)
+        self._warn_foreign(jobs)
         now = self.ctx.clock.now()
         usage = self._usage(seen, now)
         for node in nodes:
@@ -184,6 +187,18 @@ class SlurmBridge:
             self.lost_nodes.add(node_id)
             self.registered.discard(node_id)
         return True
+
+    def _warn_foreign(self, jobs: list[Mapping[str, Any]]) -> None:
+        """Work someone else put on the partition since the start check: Synergy's decisions may
+        now collide with it (its own launches then wait in Slurm's queue). Logged once per job."""
+        foreign = {int(j.get("job_id", 0)): j for j in jobs
+                   if not mapping.is_finished(j) and mapping.task_of(j, self.settings.cluster) is None}
+        for job_id in foreign.keys() - self.foreign_seen:
+            j = foreign[job_id]
+            event(self.ctx.log, "slurm.foreign_job", logging.WARNING, slurm_job=job_id, name=j.get("name"),
+                  user=j.get("user_name"), nodes=j.get("nodes"),
+                  action="Synergy's partition must be its own (docs/slurm.md); its placements may wait behind this job")
+        self.foreign_seen = set(foreign)
 
     def _ours(self, jobs: list[Mapping[str, Any]]) -> dict[TaskKey, _Seen]:
         """This synergyd's Slurm jobs by task (the newest Slurm job where a task has two)."""
