@@ -214,7 +214,17 @@ PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=NO MaxTime=I
         self._remove_cgroups()
 
     def _remove_cgroups(self) -> None:
-        """slurmd leaves its (empty) per-node groups behind: remove this cluster's, deepest first."""
+        """slurmd leaves its per-node groups behind: kill what still runs in this cluster's (a job
+        whose cancel never reached it), then remove them, deepest first."""
+        for node in self.nodes:
+            top = Path("/sys/fs/cgroup/freezer") / f"slurm_{node}"
+            for procs in top.rglob("cgroup.procs") if top.is_dir() else ():
+                for pid in procs.read_text().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+        time.sleep(0.2 if any(Path("/sys/fs/cgroup/freezer").glob(f"slurm_s{self.tag}n*")) else 0)
         for controller in Path("/sys/fs/cgroup").iterdir():
             for node in self.nodes:
                 top = controller / f"slurm_{node}"
