@@ -80,7 +80,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """Say how many end-to-end tests that need root and cgroup v1 ran and how many were skipped
-    (issue 15: a CI without root would pass with every one of them skipped, silently)."""
+    (issue 15: a CI without root would pass with every one of them skipped, silently), and
+    that tests/slurm did not run where Slurm cannot (its conftest leaves them uncollected)."""
+    from slurm.slurm_cluster import missing  # tests/slurm/slurm_cluster.py
+
+    if missing():
+        terminalreporter.write_line(f"Slurm tests (tests/slurm) not run: {missing()}")
     ran = {r.nodeid for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
            if r.when == "call" and CGROUP_KEYWORD in r.keywords}
     skipped = {r.nodeid for r in terminalreporter.stats.get("skipped", []) if CGROUP_KEYWORD in r.keywords}

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Sequence
 
+from synergy.scheduler.backends.slurm.bridge import SlurmBridge
 from synergy.scheduler.daemon.auth import AuthGuard
 from synergy.scheduler.daemon.clock import Clock, SystemClock
 from synergy.scheduler.daemon.config import DaemonConfig
@@ -114,6 +115,8 @@ class App:
         self.metrics_server: MetricsServer | None = None
         self.dashboard: DashboardServer | None = None
         self.events: EventLoop | None = None
+        #: The Slurm bridge's own loop (--backend slurm), apart so Slurm's commands never delay rounds.
+        self.backend_events: EventLoop | None = None
         self.store: StateStore | None = None
         self.unix_front: UnixFront | None = None
         self.address = ""
@@ -139,7 +142,7 @@ class App:
         cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE, warn)
         self.started_at = self.clock.now()
         self.ctx = ctx = DaemonContext(
-            cfg, self.clock, self.store, ProfileBook(load_zoo(cfg.profiles)), Metrics(), log=self.log,
+            cfg, self.clock, self.store, ProfileBook(load_zoo(cfg.profiles), live_profiling=cfg.resizes_in_place), Metrics(), log=self.log,
             decider=decider_from_env(os.environ.get("SYNERGYD_DECIDER"), self.log),
         )
         logic = Logic.build(ctx)
@@ -153,6 +156,8 @@ class App:
         auth = AuthGuard(
             self.users, cluster_token, ctx.job_tokens, ctx.metrics, self.log, agent_mtls=cfg.tls_client_ca is not None
         )
+        # --backend slurm: checked (SlurmRefused) before synergyd listens.
+        bridge = SlurmBridge.for_config(ctx, self.nodes) if cfg.backend == "slurm" else None
         self.loop = LoopThread()
         self.servers = servers = self.loop.run(
             build(
@@ -170,6 +175,8 @@ class App:
             self.history = History()
             extra.append(SampleEvent(self, self.history))
         self.events = EventLoop([*(t(self) for t in event_types), *extra], self.clock, self.log)
+        if bridge is not None:
+            self.backend_events = bridge.serving(f"{cfg.host}:{servers.port}")
         self.loop.run(servers.server.start())
         if socket_path is not None and servers.local_port is not None:
             self.unix_front = UnixFront(socket_path, servers.local_port, self.log)
@@ -197,6 +204,8 @@ class App:
             self.dashboard.start()
             self.state_dir.write_address(DASHBOARD_ADDRESS_FILE, f"{cfg.dashboard_host}:{self.dashboard.port}")
         self.events.start()
+        if self.backend_events is not None:
+            self.backend_events.start()
         event(
             self.log,
             "synergyd.started",
@@ -250,6 +259,8 @@ class App:
         if self.servers is not None:
             self.loop.run(self.servers.set_serving(False))
             self.loop.run(self.servers.server.stop(grace_s), timeout=grace_s + 10)
+        if self.backend_events is not None:
+            self.backend_events.stop()
         if self.loop is not None:
             self.loop.stop()
         if self.events is not None:

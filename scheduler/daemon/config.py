@@ -75,6 +75,18 @@ class DaemonConfig:
     max_message_mb: float = 4.0
     log_level: str = "info"
     log_format: str = "json"
+    #: What runs the jobs: "agent" (synergy-agent on every node) or "slurm" (docs/slurm.md).
+    backend: str = "agent"
+    slurm_partition: str = ""
+    slurm_work_dir: Path | None = None
+    slurm_job_daemon_address: str = ""
+    slurm_pending_s: float = 60.0
+
+    @property
+    def resizes_in_place(self) -> bool:
+        """Whether a running task's CPU / memory share can change under it (our agent: yes;
+        Slurm: no, a resize is a stop and a new Slurm job)."""
+        return self.backend == "agent"
 
     @property
     def unix_socket_path(self) -> Path | None:
@@ -180,10 +192,18 @@ HELP: dict[str, str] = {
     f"{MAX_MESSAGE_MB_RANGE[1]} (default 4)",
     "log_level": "debug, info, warning or error (default info)",
     "log_format": "json (one object per line, default) or text",
+    "backend": "what runs the jobs: agent (synergy-agent on every node, the default) or slurm (a Slurm partition "
+    "runs them as Slurm jobs; needs --slurm-partition; docs/slurm.md)",
+    "slurm_partition": "with --backend slurm: the Slurm partition whose nodes are Synergy's alone",
+    "slurm_work_dir": "with --backend slurm: where task logs go, visible to every node (default STATE_DIR/slurm)",
+    "slurm_job_daemon_address": "with --backend slurm: HOST:PORT the jobs use to reach synergyd "
+    "(default: the address synergyd listens on)",
+    "slurm_pending_s": "with --backend slurm: a launch Slurm keeps pending this long is cancelled and the job "
+    "requeued with Slurm's reason (default 60)",
 }
 
-_PATHS = {"state_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert", "tls_key",
-          "tls_client_ca", "unix_socket"}
+_PATHS = {"state_dir", "slurm_work_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert",
+          "tls_key", "tls_client_ca", "unix_socket"}
 _TYPES: dict[str, type] = {f.name: f.type for f in fields(DaemonConfig)}  # type: ignore[misc]
 
 
@@ -206,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         convert: Any = float if "float" in kind else int if "int" in kind else str
         metavar = (
             "DIR"
-            if name == "state_dir"
+            if name in ("state_dir", "slurm_work_dir")
             else "FILE"
             if name in _PATHS
             else "SECONDS"
@@ -311,6 +331,11 @@ def _validate(c: DaemonConfig) -> None:
         raise ConfigError(f"--log-level must be debug, info, warning or error, got {c.log_level!r}")
     if c.log_format not in ("json", "text"):
         raise ConfigError(f"--log-format must be json or text, got {c.log_format!r}")
+    if c.backend not in ("agent", "slurm"):
+        raise ConfigError(f"--backend must be agent or slurm, got {c.backend!r}")
+    if c.backend == "slurm" and not c.slurm_partition:
+        raise ConfigError("--backend slurm needs --slurm-partition NAME (the partition Synergy runs jobs on)")
+    positive("slurm-pending-s", c.slurm_pending_s)
     if c.pairs is not None and c.pairs.is_file():
         _check_pairs(c.pairs)
     for name in ("profiles", "pairs", "tls_cert", "tls_key", "tls_client_ca", "cluster_token_file", "admin_token_file"):

@@ -264,7 +264,7 @@ class EventLoop:
         except Exception:  # noqa: BLE001 (an event must never kill the daemon)
             event(self.log, "event.failed", logging.ERROR, exc_info=True, name=ev.name)
         took = time.perf_counter() - started
-        if took > SLOW_EVENT_S:  # events hold the state lock: a slow one delays RPCs
+        if took > getattr(ev, "slow_s", SLOW_EVENT_S):  # events hold the state lock: a slow one delays RPCs
             event(self.log, "event.slow", logging.WARNING, name=ev.name, took_ms=round(took * 1000, 1))
         else:  # debug: `benchmarks/daemon_load.py --attribute` lines RPC latencies up with these
             event(self.log, "event.ran", logging.DEBUG, name=ev.name, took_ms=round(took * 1000, 3))

@@ -31,6 +31,8 @@ class ObservedTask:
     usage: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     #: The agent's contention eliminator throttles it (TaskThrottle in dict form; empty = not). Live only.
     throttle: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    #: The backend's own job for this task ("slurm 1234"; "" = synergy-agent's process). Live only.
+    backend_job: str = field(default="", hash=False, compare=False)
 
 
 #: Steps a checkpoint may be past the pace a job reported (ReportCheckpoint's plausibility check).

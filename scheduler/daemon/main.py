@@ -16,6 +16,7 @@ import sqlite3
 import sys
 from typing import Sequence
 
+from synergy.scheduler.backends.slurm.bridge import SlurmRefused
 from synergy.scheduler.daemon.app import App
 from synergy.scheduler.daemon.config import ConfigError, load_config
 from synergy.scheduler.daemon.events import (
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = App(config)
     try:
         app.start(EVENTS)
-    except (StateDirError, BindError, ProfileError, OSError, sqlite3.Error) as exc:
+    except (StateDirError, BindError, ProfileError, SlurmRefused, OSError, sqlite3.Error) as exc:
         print(f"synergyd: {' '.join(str(exc).split())}", file=sys.stderr)
         app.stop(grace_s=0)
         damaged = isinstance(exc, DatabaseDamaged) or is_corruption(exc)

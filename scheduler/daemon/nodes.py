@@ -38,6 +38,8 @@ class NodeView:
     telemetry: Mapping[str, Any]
     #: tasks the node's contention eliminator throttles now (live)
     throttled_tasks: int = 0
+    #: "JOB=BACKEND_JOB" of its live tasks run by a backend's jobs (Slurm), live
+    backend_jobs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,15 @@ class NodeBook:
                 self._lose(node.id, f"node {node.id} lost: no heartbeat for {silent:.1f} s")
         return lost
 
+    def lose(self, node_id: str, why: str) -> None:
+        """A backend says the node is gone (Slurm: down, or a job failed with its node): lost
+        now rather than after the node timeout, its jobs requeued. It is back at its next heartbeat."""
+        with self.ctx.lock:
+            if self.ctx.store.node(node_id) is None:
+                return
+            event(self.ctx.log, "node.lost", node=node_id, reason=why)
+            self._lose(node_id, why)
+
     def _lose(self, node_id: str, why: str) -> None:
         """The node's observed tasks are unknown from now on: requeue its jobs (caller holds the lock)."""
         ctx = self.ctx
@@ -291,6 +302,8 @@ class NodeBook:
             live.last_heartbeat if live else 0.0,
             live.telemetry if live else {},
             sum(1 for t in live.tasks.values() if t.throttle) if live else 0,
+            tuple(sorted(f"{t.key.job_id}={t.backend_job}" for t in live.tasks.values()
+                         if t.backend_job and t.phase != TaskPhase.EXITED)) if live else (),
         )
 
     def _jobs_on(self, node_id: str) -> list[JobRecord]:

@@ -38,11 +38,18 @@ def load_zoo(path: Path | None) -> dict[str, SensitivityProfile]:
     return dict(get_profiles(str(path) if path is not None else None))
 
 
+#: describe's word for a job not profiled live because its backend cannot resize tasks in place.
+NO_LIVE_PROFILING = ("not profiled live: the Slurm backend cannot resize a running task to each profiling point "
+                     "(docs/slurm.md)")
+
+
 class ProfileBook:
-    def __init__(self, zoo: Mapping[str, SensitivityProfile]) -> None:
+    def __init__(self, zoo: Mapping[str, SensitivityProfile], live_profiling: bool = True) -> None:
         self.zoo = dict(zoo)
         #: Live-measured profiles by workload (rebuilt from the job records at start: `learn`).
         self.store = ProfileStore()
+        #: Profiling leases measure points by resizing the task in place; off where the backend cannot (Slurm).
+        self.live_profiling = live_profiling
         self._parsed: dict[tuple[int, str], SensitivityProfile] = {}
         #: Proportional profiles depend only on the knee (and names): shared between jobs.
         self._proportional: dict[tuple[float, float, str, str], SensitivityProfile] = {}
@@ -68,7 +75,7 @@ class ProfileBook:
         spec = job.spec
         if spec.cpu_only or spec.profiler == PROFILER_NONE or job.reported_profile is not None:
             return False
-        if self.stored(job) is not None:
+        if self.stored(job) is not None or not self.live_profiling:
             return False
         if spec.profiler in (PROFILER_SYNERGY, PROFILER_CODA):
             return True
@@ -79,6 +86,9 @@ class ProfileBook:
     def why_not_profiled(self, job: JobRecord) -> str:
         """For describe: why an `auto` job with no known profile was not profiled live ('' if n/a)."""
         spec = job.spec
+        if not self.live_profiling and not (spec.cpu_only or spec.profiler == PROFILER_NONE
+                                            or job.reported_profile is not None):
+            return NO_LIVE_PROFILING
         if (spec.cpu_only or spec.profiler not in ("", PROFILER_AUTO) or spec.profile is not None
                 or spec.model in self.zoo or spec.checkpoint_dir or job.reported_profile is not None
                 or self.stored(job) is not None):

@@ -240,6 +240,10 @@ class RoundLoop:
         new_place = _in_order_of(job.placements, new_place)
         if len(new_place) == len(job.placements) and all(map(same_share, new_place, job.placements)):
             return None
+        if not self.ctx.config.resizes_in_place:  # Slurm: a new Slurm job with the new share
+            return self.jobs.request_stop(replace(job, next_round_index=r),
+                                          f"round {r}: resized to {fmt_placements(new_place)} (a new Slurm job)",
+                                          new_place, packed)
         event(self.ctx.log, "job.resized", job=job.id, round=r, placements=fmt_placements(new_place))
         return _resized(job, new_place, r)
 

@@ -135,20 +135,22 @@ class JobInfo(_message.Message):
     def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., state_reason: _Optional[str] = ..., waiting_reason: _Optional[str] = ..., history: _Optional[_Iterable[_Union[JobTransition, _Mapping]]] = ..., submitted_at_unix_s: _Optional[float] = ..., started_at_unix_s: _Optional[float] = ..., finished_at_unix_s: _Optional[float] = ..., placements: _Optional[_Iterable[_Union[_common_pb2.Placement, _Mapping]]] = ..., attempt: _Optional[int] = ..., steps_done: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., attained_gpu_s: _Optional[float] = ..., preemptions: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_step: _Optional[int] = ..., exit_code: _Optional[int] = ..., profile_source: _Optional[str] = ..., lease_expires_at_unix_s: _Optional[float] = ..., stop_at_step: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., proportional_share: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ..., packed_with_job_id: _Optional[int] = ..., last_checkpoint_unix_s: _Optional[float] = ..., last_checkpoint_error: _Optional[str] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
-    __slots__ = ("rank", "node_id", "state", "pid", "usage", "throttle")
+    __slots__ = ("rank", "node_id", "state", "pid", "usage", "throttle", "backend_job")
     RANK_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_JOB_FIELD_NUMBER: _ClassVar[int]
     rank: int
     node_id: str
     state: str
     pid: int
     usage: _common_pb2.ResourceUsage
     throttle: _common_pb2.TaskThrottle
-    def __init__(self, rank: _Optional[int] = ..., node_id: _Optional[str] = ..., state: _Optional[str] = ..., pid: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ..., throttle: _Optional[_Union[_common_pb2.TaskThrottle, _Mapping]] = ...) -> None: ...
+    backend_job: str
+    def __init__(self, rank: _Optional[int] = ..., node_id: _Optional[str] = ..., state: _Optional[str] = ..., pid: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ..., throttle: _Optional[_Union[_common_pb2.TaskThrottle, _Mapping]] = ..., backend_job: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
@@ -211,7 +213,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobInfo, _Mapping]] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks", "pool", "gpu_type")
+    __slots__ = ("node_id", "hostname", "state", "state_reason", "capacity", "reserved", "allocatable", "allocated", "free", "gpus", "telemetry", "last_heartbeat_unix_s", "registered_at_unix_s", "job_ids", "agent_version", "cgroup_mode", "memory_enforced", "throttled_tasks", "pool", "gpu_type", "backend_jobs")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +234,7 @@ class NodeInfo(_message.Message):
     THROTTLED_TASKS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_JOBS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     hostname: str
     state: _common_pb2.NodeState
@@ -252,7 +255,8 @@ class NodeInfo(_message.Message):
     throttled_tasks: int
     pool: str
     gpu_type: str
-    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ..., pool: _Optional[str] = ..., gpu_type: _Optional[str] = ...) -> None: ...
+    backend_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.NodeState, str]] = ..., state_reason: _Optional[str] = ..., capacity: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., reserved: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocatable: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., free: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., telemetry: _Optional[_Union[_common_pb2.NodeTelemetry, _Mapping]] = ..., last_heartbeat_unix_s: _Optional[float] = ..., registered_at_unix_s: _Optional[float] = ..., job_ids: _Optional[_Iterable[int]] = ..., agent_version: _Optional[str] = ..., cgroup_mode: _Optional[str] = ..., memory_enforced: _Optional[bool] = ..., throttled_tasks: _Optional[int] = ..., pool: _Optional[str] = ..., gpu_type: _Optional[str] = ..., backend_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LoanNodesRequest(_message.Message):
     __slots__ = ("node_ids",)

@@ -134,7 +134,7 @@ class GpuTelemetry(_message.Message):
     def __init__(self, index: _Optional[int] = ..., utilization_pct: _Optional[float] = ..., memory_used_gb: _Optional[float] = ..., temperature_c: _Optional[float] = ...) -> None: ...
 
 class NodeTelemetry(_message.Message):
-    __slots__ = ("collected_at_unix_s", "cpu_util_pct", "mem_used_gb", "load_avg_1m", "gpus", "usage", "peak_mem_bandwidth")
+    __slots__ = ("collected_at_unix_s", "cpu_util_pct", "mem_used_gb", "load_avg_1m", "gpus", "usage", "peak_mem_bandwidth", "sampled_by")
     COLLECTED_AT_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     CPU_UTIL_PCT_FIELD_NUMBER: _ClassVar[int]
     MEM_USED_GB_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,7 @@ class NodeTelemetry(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEM_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_BY_FIELD_NUMBER: _ClassVar[int]
     collected_at_unix_s: float
     cpu_util_pct: float
     mem_used_gb: float
@@ -149,7 +150,8 @@ class NodeTelemetry(_message.Message):
     gpus: _containers.RepeatedCompositeFieldContainer[GpuTelemetry]
     usage: ResourceUsage
     peak_mem_bandwidth: MemoryBandwidth
-    def __init__(self, collected_at_unix_s: _Optional[float] = ..., cpu_util_pct: _Optional[float] = ..., mem_used_gb: _Optional[float] = ..., load_avg_1m: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuTelemetry, _Mapping]]] = ..., usage: _Optional[_Union[ResourceUsage, _Mapping]] = ..., peak_mem_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ...) -> None: ...
+    sampled_by: str
+    def __init__(self, collected_at_unix_s: _Optional[float] = ..., cpu_util_pct: _Optional[float] = ..., mem_used_gb: _Optional[float] = ..., load_avg_1m: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuTelemetry, _Mapping]]] = ..., usage: _Optional[_Union[ResourceUsage, _Mapping]] = ..., peak_mem_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., sampled_by: _Optional[str] = ...) -> None: ...
 
 class TaskThrottle(_message.Message):
     __slots__ = ("level", "action", "since_unix_s", "reason")
@@ -180,7 +182,7 @@ class Pressure(_message.Message):
     def __init__(self, some_avg10: _Optional[float] = ..., full_avg10: _Optional[float] = ...) -> None: ...
 
 class ResourceUsage(_message.Message):
-    __slots__ = ("cpu_cores", "rss_bytes", "page_faults", "io_read_bytes", "io_write_bytes", "cpu_pressure", "memory_pressure", "io_pressure", "mem_bandwidth", "gpu_util_pct", "gpu_memory_used_gb")
+    __slots__ = ("cpu_cores", "rss_bytes", "page_faults", "io_read_bytes", "io_write_bytes", "cpu_pressure", "memory_pressure", "io_pressure", "mem_bandwidth", "gpu_util_pct", "gpu_memory_used_gb", "sampled_by")
     CPU_CORES_FIELD_NUMBER: _ClassVar[int]
     RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     PAGE_FAULTS_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +194,7 @@ class ResourceUsage(_message.Message):
     MEM_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     GPU_UTIL_PCT_FIELD_NUMBER: _ClassVar[int]
     GPU_MEMORY_USED_GB_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_BY_FIELD_NUMBER: _ClassVar[int]
     cpu_cores: float
     rss_bytes: int
     page_faults: int
@@ -203,4 +206,5 @@ class ResourceUsage(_message.Message):
     mem_bandwidth: MemoryBandwidth
     gpu_util_pct: float
     gpu_memory_used_gb: float
-    def __init__(self, cpu_cores: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., page_faults: _Optional[int] = ..., io_read_bytes: _Optional[int] = ..., io_write_bytes: _Optional[int] = ..., cpu_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., memory_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., io_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., mem_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., gpu_util_pct: _Optional[float] = ..., gpu_memory_used_gb: _Optional[float] = ...) -> None: ...
+    sampled_by: str
+    def __init__(self, cpu_cores: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., page_faults: _Optional[int] = ..., io_read_bytes: _Optional[int] = ..., io_write_bytes: _Optional[int] = ..., cpu_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., memory_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., io_pressure: _Optional[_Union[Pressure, _Mapping]] = ..., mem_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., gpu_util_pct: _Optional[float] = ..., gpu_memory_used_gb: _Optional[float] = ..., sampled_by: _Optional[str] = ...) -> None: ...

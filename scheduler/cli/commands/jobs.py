@@ -346,8 +346,9 @@ def _describe_view(job: admin_pb2.JobInfo) -> Group:
     parts: list[Any] = [kv_table(rows)]
     if job.tasks:
         parts += [Text(""), table("Tasks", ["RANK", "NODE", "STATE", "PID", "CPU", "RSS", "MEM BW"], [
-            (t.rank, t.node_id, t.state, t.pid or "-",
-             fmt_num(t.usage.cpu_cores) if t.HasField("usage") else "-",
+            (t.rank, t.node_id, t.state, t.pid or t.backend_job or "-",
+             fmt_num(t.usage.cpu_cores) + (f" ({t.usage.sampled_by})" if t.usage.sampled_by else "")
+             if t.HasField("usage") else "-",
              fmt_bytes(t.usage.rss_bytes) if t.HasField("usage") else "-",
              fmt_bandwidth(t.usage.mem_bandwidth if t.usage.HasField("mem_bandwidth") else None))
             for t in job.tasks])]

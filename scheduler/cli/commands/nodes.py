@@ -71,7 +71,7 @@ def list_nodes(args: argparse.Namespace, connect: Connect) -> Result:
          f"{fmt_num(n.telemetry.cpu_util_pct)}%" if n.HasField("telemetry") else "-",
          _bandwidth(n),
          *(_wide(n) if wide else ()),
-         ",".join(str(j) for j in n.job_ids) or "-",
+         _jobs(n),
          fmt_age(n.last_heartbeat_unix_s) + " ago" if n.last_heartbeat_unix_s else "-",
          "; ".join(x for x in (MEMORY_NOT_ENFORCED if memory_unenforced(n) else "", n.state_reason) if x))
         for n in nodes
@@ -137,6 +137,12 @@ def _wide(n: admin_pb2.NodeInfo) -> tuple[str, ...]:
     gpu = f"{fmt_num(sum(g.utilization_pct for g in gpus) / len(gpus))}%" if gpus else "-"
     return (fmt_bytes(u.rss_bytes), f"{fmt_bytes(u.io_read_bytes)}/{fmt_bytes(u.io_write_bytes)}",
             fmt_pressure(u), gpu, n.cgroup_mode or "-", str(n.throttled_tasks))
+
+
+def _jobs(n: admin_pb2.NodeInfo) -> str:
+    """The node's jobs, each with its backend's job where one runs it: `7 (slurm 1234)`."""
+    backend = dict(b.split("=", 1) for b in n.backend_jobs if "=" in b)
+    return ",".join(f"{j} ({backend[str(j)]})" if str(j) in backend else str(j) for j in n.job_ids) or "-"
 
 
 def _state(node: admin_pb2.NodeInfo) -> str:

@@ -182,6 +182,7 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
         throttled_tasks=v.throttled_tasks,
         pool=n.pool.value,
         gpu_type=n.gpu_type,
+        backend_jobs=list(v.backend_jobs),
     )
     if v.telemetry:
         info.telemetry.CopyFrom(ParseDict(v.telemetry, common_pb2.NodeTelemetry()))
@@ -189,7 +190,8 @@ def node_to_info(v: NodeView) -> admin_pb2.NodeInfo:
 
 
 def task_to_info(node_id: str, t: ObservedTask) -> admin_pb2.TaskInfo:
-    info = admin_pb2.TaskInfo(rank=t.key.rank, node_id=node_id, state=t.phase.value, pid=t.pid)
+    info = admin_pb2.TaskInfo(rank=t.key.rank, node_id=node_id, state=t.phase.value, pid=t.pid,
+                              backend_job=t.backend_job)
     if t.usage:
         info.usage.CopyFrom(ParseDict(t.usage, common_pb2.ResourceUsage()))
     if t.throttle:
