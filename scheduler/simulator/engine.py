@@ -200,11 +200,13 @@ class Simulation:
         #: Rounds after arrivals alone may reuse the last answer when no arrival is runnable
         #: (`_passed_over`): the mechanism packs only `runnable_by_gpu`'s jobs, the policy's
         #: order is per-job (an arrival never reorders the others), and nothing else reads
-        #: the queue: no packing (a pending job may share GPUs) and no GPU types (the type
-        #: choice counts GPUs per type, not over the cluster).
+        #: the queue: no packing (a pending job may share GPUs), no GPU types (the type
+        #: choice counts GPUs per type, not over the cluster), no profiling replay (an
+        #: arrival takes a lease) and no loaning (the cluster itself changes).
         self.skip_arrivals = (self.progress_blind and bool(getattr(scheduler.mechanism, "runnable_only", False))
                               and scheduler.pairs is None and not cluster.typed
-                              and not any(j.gpu_types for j in jobs))
+                              and not any(j.gpu_types for j in jobs)
+                              and config.profiling is None and config.inference is None)
         self.migrations = 0
         self.pairs: PairTable | None = scheduler.pairs
         self.packed_now = 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from synergy.agent import contract
+from synergy.common import contract
 from synergy.agent.logrelay import read_range
 from synergy.scheduler.backends.slurm import mapping
 from synergy.scheduler.backends.slurm.commands import Slurm, SlurmError
