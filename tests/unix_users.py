@@ -29,6 +29,7 @@ from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 console = rich.console.Console(file=io.StringIO(), width=200)
 t = rich.table.Table("a", "b"); t.add_row("x", rich.text.Text("y"))
 console.print(t)  # rich imports some modules on first use: do it while they are readable
+cli.build_parser().format_help()  # so does argparse (shutil, for the terminal width)
 uid, gid, commands = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
 os.setgroups([])
 os.setgid(gid)

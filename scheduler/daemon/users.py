@@ -105,6 +105,13 @@ def job_owner(spec_user: str, caller: Caller) -> str:
     return spec_user
 
 
+def unix_user(job_user: str) -> str:
+    """Who a job runs as on the node ('' = the agent's --default-user). The built-in admin is
+    synergyd's admin.token, not a person with a login, so its own jobs run as the default user
+    rather than failing on every node that has no Unix user called `admin`."""
+    return "" if job_user == BUILTIN_ADMIN else job_user
+
+
 def may_act_on(caller: Caller, job_user: str) -> bool:
     return caller.admin or job_user == caller.name
 

@@ -12,6 +12,7 @@ from synergy.scheduler.daemon.progress import TaskProgress
 from synergy.scheduler.daemon.tasklogs import LogChunk, LogRequest
 from synergy.scheduler.daemon.reconciler import Instruction, InstructionKind
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
+from synergy.scheduler.daemon.users import unix_user
 # The job spec's one wire translation lives with the spec (the CLI uses it too); re-exported
 # here so that the servicers find every conversion in one module.
 from synergy.scheduler.jobspec.proto import (  # noqa: F401 (re-exported)
@@ -239,7 +240,7 @@ def instruction_to_msg(ins: Instruction) -> node_pb2.Instruction:
                 master_node_id=job.placements[0].server_id,
                 master_hostname=ins.master_hostname,
                 packed_with_job_id=job.packed_with,
-                run_as_user=job.spec.user,
+                run_as_user=unix_user(job.spec.user),
             )
         )
     return out
