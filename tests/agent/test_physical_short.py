@@ -28,7 +28,8 @@ def test_the_short_physical_run_keeps_its_mechanics(tmp_path: Path) -> None:
     outcomes, makespan = run.outcomes, run.makespan_s
     assert [o.state for o in outcomes] == ["succeeded"] * 4, [(o.name, o.state, o.reason) for o in outcomes]
     assert sum(o.before_started for o in outcomes) == 0
-    assert makespan > 0 and all(o.profiling_s > 0 for o in outcomes)
+    assert makespan > 0
+    assert all(o.profiling_s > 0 for o in outcomes), [(o.name, o.profiling_s, o.profile_source) for o in outcomes]
     # The simulated replay runs on the live run's trace and measured profiles.
     run.startup_s = physical.startup_s(tmp_path / "state-tune.log")
     profiles = physical.measured_profiles(run)
