@@ -70,8 +70,9 @@ def comparison_table(results: list[RunResult]) -> Table:
     """Per job and per run, the completion time under each mechanism and the baseline's ratio."""
     names = compared_jobs(results)
     base = results[0]
-    t = Table(title=f"Comparison: the same workload, live, under each mechanism (ratio: {label(base.mechanism)} "
-                    "time / the mechanism's; above 1 = it finished sooner)", title_justify="left")
+    t = Table(title="Comparison: the same workload, live under each mechanism", title_justify="left",
+              caption=f"RATIO = {label(base.mechanism)}'s time / the mechanism's (above 1: it finished sooner)",
+              caption_justify="left")
     t.add_column("")
     for r in results:
         t.add_column(label(r.mechanism), justify="right")

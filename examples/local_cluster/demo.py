@@ -1,16 +1,21 @@
-"""`make demo`: a whole Synergy cluster on this machine, with a live table and a summary.
+"""`make demo`: a whole Synergy cluster on this machine, the same workload under
+GPU-proportional allocation and under Synergy-TUNE, and the gain, measured.
 
-Starts synergyd (short rounds) and two synergy-agents with disjoint slices of this
-machine's cores and fake GPUs (two each), under a temporary dir; submits the jobs of a
+For each mechanism of `--mechanisms` (default: proportional, then tune), on a fresh cluster:
+starts synergyd (short rounds, that mechanism) and two synergy-agents with disjoint slices of
+this machine's cores and fake GPUs (two each), under a temporary dir; submits the jobs of a
 workload file through the admin API; shows each job's state, node, allocation, throughput
-and profile source, refreshed every second; and ends with each job's completion time and
-the CPU and memory it got against its GPU-proportional share, and the total time.
+and profile source, refreshed every second; ends the run with each job's completion time and
+the CPU and memory it got against its GPU-proportional share; then stops that cluster. With
+two mechanisms or more it ends with the comparison: each job's completion time under each,
+the makespan and average JCT, and the ratio to the first (compare.py).
 
 Ctrl-C (SIGINT) or SIGTERM at any point stops everything: the agents stop their jobs and
-remove their cgroups, synergyd stops, and the temporary dir is removed (`--keep` keeps it,
-with every log and the daemon's database, for `synergy --state-dir DIR ...`).
+remove their cgroups, synergyd stops, the temporary dir is removed (`--keep` keeps each run's,
+with every log and the daemon's database, for `synergy --state-dir DIR ...`), and no further
+run starts.
 
-    .venv/bin/python examples/local_cluster/demo.py [--workload FILE] [--keep]
+    .venv/bin/python examples/local_cluster/demo.py [--workload FILE] [--mechanisms M,M] [--keep]
 """
 
 from __future__ import annotations
