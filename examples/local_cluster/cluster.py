@@ -125,7 +125,7 @@ class LocalCluster:
                 tail = child.log.read_text(errors="replace").strip().splitlines()[-5:]
                 raise RuntimeError(f"{child.name} exited with code {code}:\n  " + "\n  ".join(tail))
 
-    def dedicate_cores(self) -> str:
+    def dedicate_cores(self, timeout_s: float = 10.0) -> str:
         """Give each agent's cgroup parent the largest CPU weight, once the agents made them.
 
         On a cluster a node's cores are its jobs'; here they are shared with whatever else
@@ -133,22 +133,30 @@ class LocalCluster:
         CPU: under other load a job given one core gets what the neighbours leave, and the
         demo would measure the neighbours rather than the allocation. With the weight the
         demo's jobs get the CPU their allocations say first (other processes still run on
-        what the jobs leave). Returns what it did, for the demo to print."""
+        what the jobs leave). An agent makes its groups just after it registers, so this
+        waits up to `timeout_s` for them. Returns what it did, for the demo to print."""
+        if os.geteuid() != 0 or not CGROUP_ROOT.is_dir():
+            return ("CPU weight not set (no cgroups to write as this user): other load on this machine takes "
+                    "CPU from the jobs, and the measured figures show it")
         done, missing = [], []
         for node_id in self.node_ids():
             group = f"{self.cgroup_prefix}-{node_id}"
-            for path, value in ((CGROUP_ROOT / "cpu" / group / "cpu.shares", CPU_SHARES_V1),
-                                (CGROUP_ROOT / group / "cpu.weight", CPU_WEIGHT_V2)):
-                if path.exists():
-                    try:
-                        path.write_text(str(value))
-                    except OSError as exc:
-                        missing.append(f"{node_id} ({exc.strerror})")
-                    else:
-                        done.append(f"{node_id} {path.name}={value}")
-                    break
-            else:
+            candidates = ((CGROUP_ROOT / "cpu" / group / "cpu.shares", CPU_SHARES_V1),
+                          (CGROUP_ROOT / group / "cpu.weight", CPU_WEIGHT_V2))
+            deadline = time.monotonic() + timeout_s
+            while not any(path.exists() for path, _ in candidates) and time.monotonic() < deadline:
+                self.check_alive()
+                time.sleep(0.1)
+            found = next(((path, value) for path, value in candidates if path.exists()), None)
+            if found is None:
                 missing.append(f"{node_id} (no cpu cgroup)")
+                continue
+            try:
+                found[0].write_text(str(found[1]))
+            except OSError as exc:
+                missing.append(f"{node_id} ({exc.strerror})")
+            else:
+                done.append(f"{node_id} {found[0].name}={found[1]}")
         if missing:
             return (f"CPU weight not set for {', '.join(missing)}: other load on this machine takes CPU "
                     "from the jobs, and the measured figures show it")

@@ -159,8 +159,9 @@ def test_two_mechanisms_run_one_after_the_other_and_end_with_the_comparison(tmp_
     first, second = out.index("=== run 1 of 2: GPU-proportional"), out.index("=== run 2 of 2: Synergy-TUNE")
     assert first < out.index("Summary, GPU-proportional") < second < out.index("Summary, Synergy-TUNE"), out
     assert re.search(r"synergyd pid \d+, round 1 s, mechanism proportional", out[first:second]), out
-    # Under GPU-proportional nothing is profiled (its baseline pays for no profiling it does not use).
-    assert "profiling lease" not in out[first:second], out
+    if os.geteuid() == 0 and Path("/sys/fs/cgroup/cpu").is_dir():  # each run weights its agents' cgroups
+        assert len(re.findall(r"^the agents' cores go to the demo's jobs first \(a0 cpu.shares=262144, a1 "
+                              r"cpu.shares=262144\)$", out, re.M)) == 2, out
     table = out[out.index("Comparison"):]
     header = next(line for line in table.splitlines() if "GPU-proportional" in line and "Synergy-TUNE" in line)
     assert "RATIO tune" in header, table
@@ -173,6 +174,20 @@ def test_two_mechanisms_run_one_after_the_other_and_end_with_the_comparison(tmp_
     assert len(roots) == 2 and roots[0] != roots[1], out
     for root in roots:
         assert_nothing_left(demo, root)
+
+
+def test_under_proportional_a_job_is_not_profiled_and_every_training_job_gets_a_checkpoint_dir(
+        tmp_path: Path) -> None:
+    from demo import for_run
+    from synergy.scheduler.cli.spec import parse_spec
+
+    train = parse_spec({"name": "t", "command": ["python", "t.py"], "gpus": 1}, origin="test")
+    assert for_run(train, tmp_path, "proportional").profiler == "none"
+    assert for_run(train, tmp_path, "tune").profiler == train.profiler == ""
+    assert for_run(train, tmp_path, "tune").checkpoint_dir == str(tmp_path / "t")
+    chosen = parse_spec({"name": "c", "command": ["python", "t.py"], "gpus": 1, "profiler": "synergy",
+                         "checkpoint_dir": "/ckpt"}, origin="test")
+    assert for_run(chosen, tmp_path, "proportional") == chosen  # what the user chose stands
 
 
 def _seen(name: str, state: str, submitted: float, finished: float) -> JobSeen:
