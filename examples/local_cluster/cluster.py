@@ -30,6 +30,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: Grace for a child to exit after SIGTERM before it is killed: the agents need their
 #: `--stop-grace-s` for their tasks plus a heartbeat.
 AGENT_STOP_S = 20.0
+#: The CPU weight of each agent's cgroup parent: the largest cgroup v1 `cpu.shares` (v2's
+#: `cpu.weight` largest is 10000). See `LocalCluster.dedicate_cores`.
+CPU_SHARES_V1, CPU_WEIGHT_V2 = 262144, 10000
 DAEMON_STOP_S = 15.0
 TASK_STOP_GRACE_S = 3
 
@@ -51,6 +54,8 @@ class LocalCluster:
     mem_gb_per_agent: float
     gpus_per_agent: int
     round_s: float
+    #: synergyd's allocation mechanism (`--mechanism`): "tune", "proportional", ...
+    mechanism: str = "tune"
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="synergy-demo-")))
     children: list[Child] = field(default_factory=list)
 
@@ -73,7 +78,7 @@ class LocalCluster:
     # -- starting ---------------------------------------------------------------------------------
     def start_daemon(self) -> Child:
         argv = [sys.executable, "-m", "synergy.scheduler.daemon.main", "--state-dir", str(self.state_dir),
-                "--port", "0", "--round-s", f"{self.round_s:g}", "--log-format", "text", "--dashboard-port", "0"]
+                "--port", "0", "--round-s", f"{self.round_s:g}", "--mechanism", self.mechanism, "--log-format", "text", "--dashboard-port", "0"]
         return self._spawn("synergyd", argv)
 
     def start_agents(self) -> list[Child]:
@@ -119,6 +124,43 @@ class LocalCluster:
             if code is not None:
                 tail = child.log.read_text(errors="replace").strip().splitlines()[-5:]
                 raise RuntimeError(f"{child.name} exited with code {code}:\n  " + "\n  ".join(tail))
+
+    def dedicate_cores(self, timeout_s: float = 10.0) -> str:
+        """Give each agent's cgroup parent the largest CPU weight, once the agents made them.
+
+        On a cluster a node's cores are its jobs'; here they are shared with whatever else
+        runs on this machine, and a CFS quota only caps a job, it does not guarantee it the
+        CPU: under other load a job given one core gets what the neighbours leave, and the
+        demo would measure the neighbours rather than the allocation. With the weight the
+        demo's jobs get the CPU their allocations say first (other processes still run on
+        what the jobs leave). An agent makes its groups just after it registers, so this
+        waits up to `timeout_s` for them. Returns what it did, for the demo to print."""
+        if os.geteuid() != 0 or not CGROUP_ROOT.is_dir():
+            return ("CPU weight not set (no cgroups to write as this user): other load on this machine takes "
+                    "CPU from the jobs, and the measured figures show it")
+        done, missing = [], []
+        for node_id in self.node_ids():
+            group = f"{self.cgroup_prefix}-{node_id}"
+            candidates = ((CGROUP_ROOT / "cpu" / group / "cpu.shares", CPU_SHARES_V1),
+                          (CGROUP_ROOT / group / "cpu.weight", CPU_WEIGHT_V2))
+            deadline = time.monotonic() + timeout_s
+            while not any(path.exists() for path, _ in candidates) and time.monotonic() < deadline:
+                self.check_alive()
+                time.sleep(0.1)
+            found = next(((path, value) for path, value in candidates if path.exists()), None)
+            if found is None:
+                missing.append(f"{node_id} (no cpu cgroup)")
+                continue
+            try:
+                found[0].write_text(str(found[1]))
+            except OSError as exc:
+                missing.append(f"{node_id} ({exc.strerror})")
+            else:
+                done.append(f"{node_id} {found[0].name}={found[1]}")
+        if missing:
+            return (f"CPU weight not set for {', '.join(missing)}: other load on this machine takes CPU "
+                    "from the jobs, and the measured figures show it")
+        return f"the agents' cores go to the demo's jobs first ({', '.join(done)})"
 
     # -- stopping ---------------------------------------------------------------------------------
     def stop(self) -> list[str]:

@@ -71,19 +71,20 @@ class JobWatch:
         return time.monotonic() - self.started
 
     def poll(self) -> list[str]:
-        """Refresh every job; returns one line per change worth telling (state, node, pid)."""
+        """Refresh every job; returns one line per change worth telling (state, node, pid,
+        allocation: a running job resized in place is what TUNE's gain is made of)."""
         now = time.monotonic()
         events: list[str] = []
         for info in all_jobs(self.client, admin_pb2.ListJobsRequest(all_users=True)):  # every user's (an admin)
             seen = self.jobs.get(info.id)
             if seen is None:
                 seen = self.jobs[info.id] = JobSeen(info.id, info.name, info.spec.kind or "training", info.spec.gpus)
-            before = (seen.state, seen.where, seen.pids)
+            before = (seen.state, seen.where, seen.pids, seen.alloc)
             self._update(seen, info, now)
             if seen.state == "running" and not seen.pids:
                 job = self.client.call("DescribeJob", admin_pb2.DescribeJobRequest(job=str(info.id))).job
                 seen.pids = tuple(t.pid for t in job.tasks if t.pid)
-            if (seen.state, seen.where, seen.pids) != before:
+            if (seen.state, seen.where, seen.pids, seen.alloc) != before:
                 events.append(self._event_line(seen))
         return events
 
@@ -139,8 +140,9 @@ class JobWatch:
             )
         return t
 
-    def summary(self) -> Table:
-        t = Table(title="Summary: what each job got against its GPU-proportional share", title_justify="left")
+    def summary(self, mechanism: str) -> Table:
+        t = Table(title=f"Summary, {mechanism}: what each job got against its GPU-proportional share",
+                  title_justify="left")
         for col in ("JOB", "KIND", "RESULT", "NODES", "WAITED", "COMPLETION", "CPU GOT", "MEM GB GOT",
                     "SHARE CPU/GB", "GOT / SHARE"):
             t.add_column(col, justify="right" if col in ("WAITED", "COMPLETION", "CPU GOT", "MEM GB GOT") else "left")

@@ -22,6 +22,8 @@ DEMO = REPO / "examples" / "local_cluster" / "demo.py"
 sys.path.insert(0, str(DEMO.parent))
 
 from cluster import cgroup_dirs  # noqa: E402
+from compare import RunResult, comparison_table, verdict  # noqa: E402
+from watch import JobSeen  # noqa: E402
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the demo needs two cores")
 
@@ -103,6 +105,10 @@ class Demo:
     def root(self) -> Path:
         return Path(self.wait_line(r"^state dir (\S+)", 30).group(1))
 
+    def roots(self) -> list[Path]:
+        """Every run's temporary dir (one per mechanism), once the demo has ended."""
+        return [Path(m.group(1)) for line in self.lines if (m := re.match(r"^state dir (\S+)", line))]
+
     def pids(self) -> set[int]:
         """Every pid the demo printed: synergyd, the agents, the job processes."""
         found = set()
@@ -125,12 +131,12 @@ def assert_nothing_left(demo: Demo, root: Path) -> None:
 def test_demo_runs_a_workload_to_the_end_and_summarises_every_job(tmp_path: Path) -> None:
     workload = tmp_path / "quick.yaml"
     workload.write_text(QUICK)
-    demo = Demo(workload, "--deadline-s", "90")
+    demo = Demo(workload, "--deadline-s", "90", "--mechanisms", "tune")
     root = demo.root()
     code = demo.finish(timeout=150)
     out = demo.output()
     assert code == 0, out
-    summary = out[out.index("Summary"):]
+    summary = out[out.index("Summary, Synergy-TUNE"):]
     for name in ("tiny-train", "tiny-cpu"):
         row = next((line for line in summary.splitlines() if f" {name} " in line), None)
         assert row is not None and "succeeded" in row, f"{name} missing from the summary:\n{out}"
@@ -138,7 +144,69 @@ def test_demo_runs_a_workload_to_the_end_and_summarises_every_job(tmp_path: Path
     assert re.search(r"CPU x\d", train_row), train_row  # its allocation against its proportional share
     assert re.search(r"total time \d+\.\d s", out)
     assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/\?token=\S+$", out, re.M), out  # `make demo` prints its URL
+    assert "Comparison" not in out and "run 1 of" not in out, out  # one mechanism: the old behaviour
+    assert demo.roots() == [root], out
     assert_nothing_left(demo, root)
+
+
+def test_two_mechanisms_run_one_after_the_other_and_end_with_the_comparison(tmp_path: Path) -> None:
+    workload = tmp_path / "quick.yaml"
+    workload.write_text(QUICK)
+    demo = Demo(workload, "--deadline-s", "90", "--mechanisms", "proportional,tune")
+    code = demo.finish(timeout=240)
+    out = demo.output()
+    assert code == 0, out
+    first, second = out.index("=== run 1 of 2: GPU-proportional"), out.index("=== run 2 of 2: Synergy-TUNE")
+    assert first < out.index("Summary, GPU-proportional") < second < out.index("Summary, Synergy-TUNE"), out
+    assert re.search(r"synergyd pid \d+, round 1 s, mechanism proportional", out[first:second]), out
+    if os.geteuid() == 0 and Path("/sys/fs/cgroup/cpu").is_dir():  # each run weights its agents' cgroups
+        assert len(re.findall(r"^the agents' cores go to the demo's jobs first \(a0 cpu.shares=262144, a1 "
+                              r"cpu.shares=262144\)$", out, re.M)) == 2, out
+    table = out[out.index("Comparison"):]
+    header = next(line for line in table.splitlines() if "GPU-proportional" in line and "Synergy-TUNE" in line)
+    assert "RATIO tune" in header, table
+    for row in ("tiny-train completion", "tiny-cpu completion", "makespan", "average JCT"):
+        line = next((x for x in table.splitlines() if row in x), "")
+        assert re.search(r"\d+\.\d s .* \d+\.\d s .* \d+\.\d\dx", line), f"{row!r} not compared:\n{table}"
+    assert re.search(r"^Synergy-TUNE vs GPU-proportional, measured on this run: makespan \d+\.\d s -> \d+\.\d s "
+                     r"\(\d+\.\d\dx\), average JCT \d+\.\d s -> \d+\.\d s \(\d+\.\d\dx\)$", out, re.M), out
+    roots = demo.roots()
+    assert len(roots) == 2 and roots[0] != roots[1], out
+    for root in roots:
+        assert_nothing_left(demo, root)
+
+
+def test_under_proportional_a_job_is_not_profiled_and_every_training_job_gets_a_checkpoint_dir(
+        tmp_path: Path) -> None:
+    from demo import for_run
+    from synergy.scheduler.cli.spec import parse_spec
+
+    train = parse_spec({"name": "t", "command": ["python", "t.py"], "gpus": 1}, origin="test")
+    assert for_run(train, tmp_path, "proportional").profiler == "none"
+    assert for_run(train, tmp_path, "tune").profiler == train.profiler == ""
+    assert for_run(train, tmp_path, "tune").checkpoint_dir == str(tmp_path / "t")
+    chosen = parse_spec({"name": "c", "command": ["python", "t.py"], "gpus": 1, "profiler": "synergy",
+                         "checkpoint_dir": "/ckpt"}, origin="test")
+    assert for_run(chosen, tmp_path, "proportional") == chosen  # what the user chose stands
+
+
+def _seen(name: str, state: str, submitted: float, finished: float) -> JobSeen:
+    return JobSeen(hash(name) % 1000, name, "training", 1, state=state, submitted_at=submitted,
+                   finished_at=finished)
+
+
+def test_the_comparison_gives_the_baselines_time_over_the_other_and_refuses_unequal_sets() -> None:
+    base = RunResult("proportional", [_seen("a", "succeeded", 100, 160), _seen("b", "succeeded", 100, 130)])
+    tune = RunResult("tune", [_seen("a", "succeeded", 500, 540), _seen("b", "succeeded", 500, 530)])
+    assert base.makespan(["a", "b"]) == 60 and tune.makespan(["a", "b"]) == 40
+    assert base.mean_jct(["a", "b"]) == 45 and tune.mean_jct(["a", "b"]) == 35
+    assert verdict([base, tune]) == [
+        "Synergy-TUNE vs GPU-proportional, measured on this run: makespan 60.0 s -> 40.0 s (1.50x), "
+        "average JCT 45.0 s -> 35.0 s (1.29x)"]
+    failed = RunResult("tune", [_seen("a", "succeeded", 500, 540), _seen("b", "failed", 500, 510)])
+    assert failed.makespan(["a", "b"]) is None and failed.mean_jct(["a", "b"]) is None
+    assert verdict([base, failed]) == ["Synergy-TUNE vs GPU-proportional: no comparison, b did not succeed in both runs"]
+    assert comparison_table([base, failed]).row_count == 4  # two jobs, makespan, average JCT
 
 
 def test_ctrl_c_mid_run_stops_every_process_cgroup_and_temp_dir(tmp_path: Path) -> None:
@@ -152,6 +220,7 @@ def test_ctrl_c_mid_run_stops_every_process_cgroup_and_temp_dir(tmp_path: Path) 
     demo.proc.send_signal(signal.SIGINT)
     code = demo.finish(timeout=60)
     assert code == 128 + signal.SIGINT, demo.output()
+    assert "run 2 of 2" not in demo.output(), demo.output()  # the default's second run never starts
     assert_nothing_left(demo, root)
 
 
@@ -180,6 +249,17 @@ def _cmdline(entry: Path) -> str:
         return (entry / "cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_an_unknown_mechanism_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    before = set(Path(tempfile.gettempdir()).glob("synergy-demo-*"))
+    proc = subprocess.run([sys.executable, str(DEMO), "--mechanisms", "proportional,fast"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines() == [
+        "demo: --mechanisms: expected distinct names among proportional, greedy, tune, opt, comma-separated, "
+        "got 'proportional,fast'"], proc.stdout + proc.stderr
+    assert set(Path(tempfile.gettempdir()).glob("synergy-demo-*")) == before
 
 
 def test_a_bad_workload_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
