@@ -63,6 +63,10 @@ class FakeSlurm:
     def usage(self, slurm_ids: Sequence[int]) -> dict[int, tuple[float, int]]:
         return {}
 
+    def partition(self, name: str) -> dict[str, str]:
+        return {"OverSubscribe": "NO", "AllowGroups": "synergy", "RootOnly": "no", "AllowAccounts": "ALL",
+                "AllowQos": "ALL"}
+
     def end(self, job_id: int, state: str, status: int = 0) -> None:
         for j in self.jobs:
             if j["job_id"] == job_id:
@@ -76,6 +80,7 @@ class SlurmAdapter:
         self.fake = fake
         self.missing, self.submit, self.signal = fake.missing, fake.submit, fake.signal
         self.cancel, self.usage, self.nodes, self.jobs = fake.cancel, fake.usage, fake.nodes_, fake.jobs_of
+        self.partition = fake.partition
 
 
 def build(tmp_path: Path, fake: FakeSlurm, logic: Logic | None = None) -> tuple[Logic, SlurmBridge]:
