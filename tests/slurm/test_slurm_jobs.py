@@ -63,7 +63,7 @@ def test_a_job_is_placed_profiled_and_resized_as_slurm_jobs(
         # Slurm holds what the round decided: the node, whole CPUs, memory, one GPU.
         assert place.node_id == n0 and sj["nodes"] == n0 and sj["cpus"] == int(place.cpus) == 2
         assert sj["tres_per_node"] == "gres:gpu:1"
-        pid = wait_for(lambda: task_pid(a, info.attempt), what="a's process")
+        pid = wait_for(lambda: task_pid(sj, a, info.attempt), what="a's process")
         assert memory_limit_mb(pid) == int(place.mem_gb * 1024)  # Slurm's cgroup, seen from the process
         assert aff.read_text().splitlines()[0].split()[1] == "2"  # the process runs on both cores
 
@@ -76,7 +76,7 @@ def test_a_job_is_placed_profiled_and_resized_as_slurm_jobs(
         wait_for(lambda: admin.state(b) == "running", timeout=30, what="b to run")
         assert [p.cpus for p in info.placements] == [1.0] and sj2["cpus"] == 1
         assert any("resized to" in t.reason and "a new Slurm job" in t.reason for t in info.history), info.history
-        assert memory_limit_mb(wait_for(lambda: task_pid(a, info.attempt), what="a's new process")) == (
+        assert memory_limit_mb(wait_for(lambda: task_pid(sj2, a, info.attempt), what="a's new process")) == (
             sj2["memory_per_node"])
         finished(admin, a)
         assert admin.describe(a).profile_source == PROFILED_IN_FORCE
