@@ -185,14 +185,16 @@ class LeaseKeeper:
                 return
 
     def _wait_s(self) -> float:
-        return min(self.interval_s, 0.2) if self.profiling is not None else self.interval_s
+        asking = self.profiling is not None and not self.profiling.in_force_only  # points wait for replies
+        return min(self.interval_s, 0.2) if asking else self.interval_s
 
     def _take_profiling(self, reg: Any) -> None:
         if reg.HasField("profiling"):
             p = reg.profiling
             self.profiling = ProfilingTerms(p.search, int(p.max_cpus), p.task, int(p.gpus), float(p.max_mem_gb),
-                                            p.sub_core)
-            log.info("profiling lease: %s search, up to %d CPUs", p.search, p.max_cpus)
+                                            p.sub_core, p.in_force_only)
+            log.info("profiling lease: %s", "measure in force" if p.in_force_only
+                     else f"{p.search} search, up to {p.max_cpus} CPUs")
 
     def _report_profile(self) -> None:
         """Run the finished measurement's completion (storage read, MinIO fill) and report it."""

@@ -25,6 +25,7 @@ yield nothing, the next one continues mid-epoch, and the rest are ordinary.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,6 +114,11 @@ class SynergyIterator:
         self.profiler: live_profiler.LiveProfiler | None = None
         #: After profiling (rank 0): measures each new allocation in force (profiler/refine.py).
         self.refiner: Refiner | None = None
+        #: Slurm (`in_force_only` terms): the points earlier attempts measured (from the
+        #: checkpoint), the terms, and the CPUs this process runs on (a Slurm job is never resized).
+        self._measured: list[tuple[float, float]] = []
+        self._in_force_terms: live_profiler.ProfilingTerms | None = None
+        self._bound_cpus = 0.0
         self._profiling = True
         if env.checkpoint_dir:
             self.writer = BackgroundWriter(self._written)
@@ -172,6 +178,7 @@ class SynergyIterator:
             raise CheckpointError(f"cannot resume: checkpoint {path} has no state for {', '.join(missing)}")
         for key, obj in self.state.items():
             obj.load_state_dict(shared["state"][key])
+        self._measured = [(float(c), float(t)) for c, t in shared.get("profile_points", [])]
         pos = Position.from_dict(data["position"])
         self.position = Position(epoch=pos.epoch, batches=pos.batches, global_samples=pos.global_samples,
                                  step=pos.step, world_size=self.env.world_size)
@@ -274,6 +281,14 @@ class SynergyIterator:
             if lease.profiling is None:
                 self._profiling = False  # an ordinary lease: this check never runs again
                 return it
+            if lease.profiling.in_force_only:  # Slurm: each attempt measures the CPUs it runs on
+                self._profiling = False
+                if self.env is not None and self.env.rank == 0:
+                    self._in_force_terms = lease.profiling
+                    self._bound_cpus = float(len(os.sched_getaffinity(0)))
+                    self.refiner = Refiner(self._measured, self.batch_size * self.position.world_size)
+                    _say(f"measuring the profile at the {self._bound_cpus:g} CPUs this process runs on")
+                return it
             p = self.profiler = live_profiler.LiveProfiler(lease.profiling, self.batch_size * self.position.world_size)
             _say(f"profiling lease: {lease.profiling.search} search up to {lease.profiling.max_cpus} CPUs")
         cpus, cores, _ = lease.in_force
@@ -324,12 +339,12 @@ class SynergyIterator:
         is reported with the rest (profiler/refine.py)."""
         assert self.lease is not None and self.refiner is not None
         r = self.refiner
-        if r.on_batch(time.monotonic(), self.lease.in_force[0]):
+        if r.on_batch(time.monotonic(), self._bound_cpus or self.lease.in_force[0]):
             _say("profile refined: " + ", ".join(f"{c:g} CPUs {s:.1f} samples/s" for c, s in r.points))
-            assert self.profiler is not None
-            self.lease.profile_job = self._profile_job(r.points, self.profiler.terms)
+            terms = self.profiler.terms if self.profiler is not None else self._in_force_terms
+            self.lease.profile_job = self._profile_job(r.points, terms)
         if r.done:
-            self.refiner = None
+            self._measured, self.refiner = r.points, None
 
     def _profile_job(self, measured: list[tuple[float, float]], terms: Any) -> Any:
         """What the lease thread runs to complete the profile: (model name, profile document).
@@ -367,6 +382,9 @@ class SynergyIterator:
             data[DALI_KEY] = self.dali.checkpoints()
         if self.env.rank == 0:
             data["state"] = {k: obj.state_dict() for k, obj in self.state.items()}
+            points = self.refiner.points if self.refiner is not None else self._measured
+            if points:  # measured profile points travel with the job across attempts (Slurm)
+                data["profile_points"] = [list(p) for p in points]
         return data
 
     def checkpoint(self) -> tuple[Path, int]:

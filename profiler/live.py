@@ -69,6 +69,8 @@ class ProfilingTerms:
     max_mem_gb: float
     #: Measure points below one CPU too (`ProfilingLease.sub_core`, profiler/subcore.py).
     sub_core: bool = False
+    #: No points to ask for (Slurm): measure the CPUs the process runs on (`ProfilingLease.in_force_only`).
+    in_force_only: bool = False
 
 
 class Phase(str, enum.Enum):

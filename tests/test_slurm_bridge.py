@@ -16,7 +16,8 @@ from synergy.scheduler.daemon.app import Logic
 from synergy.scheduler.daemon.clock import ManualClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
-from synergy.scheduler.daemon.profiles import ProfileBook
+from synergy.profiler.live import ProfilingTerms, build_profile
+from synergy.scheduler.daemon.profiles import MEASURING_IN_FORCE, PROFILED_IN_FORCE, ProfileBook
 from synergy.scheduler.daemon.records import JobSpec, JobState
 from synergy.scheduler.daemon.store import MemoryStore
 
@@ -63,6 +64,10 @@ class FakeSlurm:
     def usage(self, slurm_ids: Sequence[int]) -> dict[int, tuple[float, int]]:
         return {}
 
+    def partition(self, name: str) -> dict[str, str]:
+        return {"OverSubscribe": "NO", "AllowGroups": "synergy", "RootOnly": "no", "AllowAccounts": "ALL",
+                "AllowQos": "ALL"}
+
     def end(self, job_id: int, state: str, status: int = 0) -> None:
         for j in self.jobs:
             if j["job_id"] == job_id:
@@ -76,6 +81,7 @@ class SlurmAdapter:
         self.fake = fake
         self.missing, self.submit, self.signal = fake.missing, fake.submit, fake.signal
         self.cancel, self.usage, self.nodes, self.jobs = fake.cancel, fake.usage, fake.nodes_, fake.jobs_of
+        self.partition = fake.partition
 
 
 def build(tmp_path: Path, fake: FakeSlurm, logic: Logic | None = None) -> tuple[Logic, SlurmBridge]:
@@ -148,3 +154,31 @@ def test_a_stop_is_sigterm_then_a_cancel_after_the_grace(tmp_path: Path) -> None
     logic.ctx.clock.advance(60)  # type: ignore[attr-defined]
     bridge.sync()
     assert ("cancel", "1") in fake.calls
+
+
+def test_under_slurm_an_unprofiled_job_measures_where_it_runs_and_its_reports_become_its_profile(
+        tmp_path: Path) -> None:
+    logic, bridge = build(tmp_path, FakeSlurm())
+    bridge.sync()
+    spec = JobSpec(name="a", command=("train",), gpus=1, task="image", profiler="auto",
+                   checkpoint_dir=str(tmp_path / "ckpt"))
+    job = logic.jobs.submit(spec)
+    # No profiling lease (Slurm cannot resize a task to each point): queued with the stand-in.
+    assert job.state == JobState.QUEUED and MEASURING_IN_FORCE in job.history[-1].reason
+    assert logic.ctx.profiles.measures_in_force(job)
+    logic.rounds.apply(logic.rounds.plan())
+    bridge.sync()
+    terms = ProfilingTerms("synergy", 0, "image", 1, 4.0, in_force_only=True)
+    # Each Slurm job's point, reported while it runs (the second with the first, from the checkpoint).
+    for points in ([(2.0, 20.0)], [(1.0, 19.0), (2.0, 20.0)]):
+        doc = build_profile(points, terms, model="a", files=None, batch_size=4, process_mem_gb=0.3)
+        assert logic.leases.report_profile(job.id, job.id, doc) == PROFILED_IN_FORCE
+        now = logic.jobs.get(job.id)
+        assert now.state == JobState.RUNNING and now.profiled and logic.ctx.profiles.measures_in_force(now)
+    # A later job of the same workload takes the stored profile and measures nothing.
+    again = logic.jobs.submit(JobSpec(name="b", command=("train",), gpus=1, task="image", profiler="auto",
+                                      checkpoint_dir=str(tmp_path / "ckpt2")))
+    assert again.profile_source.startswith(f"stored:{job.id} ") and not logic.ctx.profiles.measures_in_force(again)
+    # A job with a known profile (profiler none, or a zoo model) does not measure either.
+    plain = logic.jobs.submit(JobSpec(name="c", command=("other",), gpus=1, profiler="none"))
+    assert not logic.ctx.profiles.measures_in_force(plain)

@@ -122,6 +122,22 @@ def test_partition_checks() -> None:
     assert "5 (train, ann)" in mapping.partition_problem([own], "synergy", foreign)
 
 
+def test_partition_settings_checks() -> None:
+    closed = {"OverSubscribe": "NO", "AllowGroups": "synergy", "RootOnly": "no", "AllowAccounts": "ALL",
+              "AllowQos": "ALL"}
+    problem = mapping.partition_settings_problem
+    assert problem("p", closed, False) == ""
+    assert "OverSubscribe=FORCE:4 lets Slurm put several jobs on the same cores" in problem(
+        "p", {**closed, "OverSubscribe": "FORCE:4"}, True)
+    assert "OverSubscribe=YES:2" in problem("p", {**closed, "OverSubscribe": "YES:2"}, True)
+    assert "whole nodes" in problem("p", {**closed, "OverSubscribe": "EXCLUSIVE"}, True)
+    open_ = {**closed, "AllowGroups": "all"}
+    assert mapping.partition_is_open(open_) and "anyone may submit" in problem("p", open_, False)
+    assert problem("p", open_, True) == ""  # --slurm-allow-open-partition
+    for one in ({"AllowAccounts": "synergy"}, {"AllowQos": "normal"}, {"RootOnly": "yes"}):
+        assert not mapping.partition_is_open({**open_, **one}) and problem("p", {**open_, **one}, False) == ""
+
+
 def test_the_batch_request_holds_the_share_and_execs_the_argv_unparsed() -> None:
     job = SimpleNamespace(name="j", spec=SimpleNamespace(command=("python", "train.py", "--name", "it's $HOME")))
     req = mapping.batch_request(KEY, job, SHARE, "synergy", "abc", "/logs/7-2-0.log", "/work")  # type: ignore[arg-type]
@@ -141,6 +157,12 @@ def test_backend_flags(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--backend must be agent or slurm, got 'k8s'"):
         load_config(["--state-dir", str(tmp_path), "--backend", "k8s"])
     toml = tmp_path / "d.toml"
-    toml.write_text('backend = "slurm"\nslurm-partition = "gpu"\nslurm-pending-s = 5\n')
+    toml.write_text('backend = "slurm"\nslurm-partition = "gpu"\nslurm-pending-s = 5\n'
+                    'slurm-allow-open-partition = true\n')
     cfg = load_config(["--state-dir", str(tmp_path), "--config", str(toml)])
     assert (cfg.backend, cfg.slurm_partition, cfg.slurm_pending_s) == ("slurm", "gpu", 5.0)
+    assert cfg.slurm_allow_open_partition and not cfg.resizes_in_place
+    assert not load_config(["--state-dir", str(tmp_path), "--backend", "slurm", "--slurm-partition", "gpu"]
+                           ).slurm_allow_open_partition
+    assert load_config(["--state-dir", str(tmp_path), "--backend", "slurm", "--slurm-partition", "gpu",
+                        "--slurm-allow-open-partition"]).slurm_allow_open_partition

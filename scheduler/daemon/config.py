@@ -81,6 +81,8 @@ class DaemonConfig:
     slurm_work_dir: Path | None = None
     slurm_job_daemon_address: str = ""
     slurm_pending_s: float = 60.0
+    #: Start on a partition anyone may submit to (every group, account and QOS allowed).
+    slurm_allow_open_partition: bool = False
 
     @property
     def resizes_in_place(self) -> bool:
@@ -200,6 +202,8 @@ HELP: dict[str, str] = {
     "(default: the address synergyd listens on)",
     "slurm_pending_s": "with --backend slurm: a launch Slurm keeps pending this long is cancelled and the job "
     "requeued with Slurm's reason (default 60)",
+    "slurm_allow_open_partition": "with --backend slurm: start even though every group, account and QOS may "
+    "submit to the partition (refused by default: Slurm could put other work on Synergy's resources)",
 }
 
 _PATHS = {"state_dir", "slurm_work_dir", "profiles", "pairs", "cluster_token_file", "admin_token_file", "tls_cert",
@@ -220,8 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, metavar="FILE.toml", help=text)
             continue
         kind = str(_TYPES[name])
-        if kind == "bool":  # on by default: the flag turns it off
-            parser.add_argument("--no-" + name.replace("_", "-"), dest=name, action="store_false", help=text)
+        if kind == "bool":  # on by default: --no-NAME turns it off; off by default: --NAME turns it on
+            if getattr(DaemonConfig, name):
+                parser.add_argument("--no-" + name.replace("_", "-"), dest=name, action="store_false", help=text)
+            else:
+                parser.add_argument(flag, dest=name, action="store_true", help=text)
             continue
         convert: Any = float if "float" in kind else int if "int" in kind else str
         metavar = (

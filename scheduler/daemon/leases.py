@@ -208,14 +208,15 @@ class LeaseBook:
                 raise FailedPrecondition(f"job_id: job {job_id} already ended ({job.state.value})")
             # A profile measured under the lease and refined afterwards (profiler/refine.py:
             # the job measured a new allocation in force) stays "profiled".
-            profiled = job.state == JobState.PROFILING or job.profiled
+            # Under Slurm, measured at the CPUs a Slurm job held (profiles.measures_in_force): profiled too.
+            profiled = job.state == JobState.PROFILING or job.profiled or ctx.profiles.measures_in_force(job)
             new = replace(job, reported_profile=dict(profile), profiled=profiled)
             new = replace(new, profile_source=ctx.profiles.source(new))
             if new.profiling_lease and not new.stopping:
                 new = self.jobs.run_on(new)
             elif new.profiling_lease:
                 new = self.jobs.request_stop(new, "profiled: the profiling lease ends")
-            elif profiled:  # not placed (e.g. requeued into profiling meanwhile): queue it now
+            elif new.state == JobState.PROFILING:  # not placed (requeued into profiling meanwhile): queue it now
                 new = new.to(JobState.QUEUED, "profile: profiled; waiting for the next round", ctx.clock.now())
             ctx.save_jobs([(job, new)])
             ctx.profiles.forget(job.id)

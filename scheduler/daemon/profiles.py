@@ -12,7 +12,9 @@ without sensitivity information would give.
 Which jobs are profiled live (`needs_profiling`): a training job whose spec says
 `profiler: synergy|coda`, or `auto` (the default) with no known profile (no spec profile, its
 model not in the zoo / --profiles) and a checkpoint dir to resume from after; never `profiler: none`, CPU-only jobs, a job whose
-profile was already reported, or one the profile store answers.
+profile was already reported, or one the profile store answers. Where the backend cannot
+resize a running task (Slurm) such a job takes no profiling lease: it queues with its
+stand-in and measures the CPUs each of its attempts holds (`measures_in_force`).
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ def load_zoo(path: Path | None) -> dict[str, SensitivityProfile]:
     return dict(get_profiles(str(path) if path is not None else None))
 
 
-#: describe's word for a job not profiled live because its backend cannot resize tasks in place.
-NO_LIVE_PROFILING = ("not profiled live: the Slurm backend cannot resize a running task to each profiling point "
-                     "(docs/slurm.md)")
+#: describe's word for a job measured at the allocations it runs at, not yet measured (Slurm).
+MEASURING_IN_FORCE = ("measured where it runs: the Slurm backend cannot resize a running task to profiling points, "
+                      "so each Slurm job measures the CPUs it holds; the stand-in until the first (docs/slurm.md)")
+#: The profile source of a job measured that way (a "profiled" one: kept in the profile store).
+PROFILED_IN_FORCE = "profiled (under Slurm: measured at the CPUs each of its Slurm jobs held)"
 
 
 class ProfileBook:
@@ -57,7 +61,7 @@ class ProfileBook:
     def source(self, job: JobRecord) -> str:
         """Where `profile()` will take the job's profile from, as shown by describe."""
         if job.reported_profile is not None:
-            return "profiled" if job.profiled else "reported"
+            return (PROFILED_IN_FORCE if self.measures_in_force(job) else "profiled") if job.profiled else "reported"
         if job.spec.profile is not None:
             return "spec"
         stored = self.stored(job)
@@ -72,10 +76,21 @@ class ProfileBook:
 
     def needs_profiling(self, job: JobRecord) -> bool:
         """Whether the job gets a profiling lease before it queues (module docstring)."""
-        spec = job.spec
-        if spec.cpu_only or spec.profiler == PROFILER_NONE or job.reported_profile is not None:
+        if job.reported_profile is not None or self.stored(job) is not None or not self.live_profiling:
             return False
-        if self.stored(job) is not None or not self.live_profiling:
+        return self._wants_profile(job)
+
+    def measures_in_force(self, job: JobRecord) -> bool:
+        """Whether the job, under a backend that cannot resize running tasks (Slurm), measures
+        the CPUs each attempt holds and reports its profile (job_servicer: `in_force_only`)."""
+        if self.live_profiling or not self._wants_profile(job):
+            return False
+        return job.profiled or (job.reported_profile is None and self.stored(job) is None)
+
+    def _wants_profile(self, job: JobRecord) -> bool:
+        """Whether a job's profile is to be measured on it, however the backend measures it."""
+        spec = job.spec
+        if spec.cpu_only or spec.profiler == PROFILER_NONE:
             return False
         if spec.profiler in (PROFILER_SYNERGY, PROFILER_CODA):
             return True
@@ -86,9 +101,8 @@ class ProfileBook:
     def why_not_profiled(self, job: JobRecord) -> str:
         """For describe: why an `auto` job with no known profile was not profiled live ('' if n/a)."""
         spec = job.spec
-        if not self.live_profiling and not (spec.cpu_only or spec.profiler == PROFILER_NONE
-                                            or job.reported_profile is not None):
-            return NO_LIVE_PROFILING
+        if job.reported_profile is None and self.measures_in_force(job):
+            return MEASURING_IN_FORCE
         if (spec.cpu_only or spec.profiler not in ("", PROFILER_AUTO) or spec.profile is not None
                 or spec.model in self.zoo or spec.checkpoint_dir or job.reported_profile is not None
                 or self.stored(job) is not None):
@@ -96,9 +110,9 @@ class ProfileBook:
         return "not profiled live: no checkpoint_dir to stop and resume from after profiling"
 
     def profile(self, job: JobRecord, cluster: Cluster) -> SensitivityProfile:
-        src = self.source(job)
-        if src in ("reported", "profiled"):
+        if job.reported_profile is not None:
             return self._parse(job, "reported", job.reported_profile)
+        src = self.source(job)
         if src == "spec":
             return self._parse(job, "spec", job.spec.profile)
         if src.startswith("stored:"):

@@ -8,12 +8,17 @@ hand out; no driver is involved). Enforcement is real: select/cons_tres with CR_
 proctrack/cgroup and task/cgroup + task/affinity on this machine's cgroup v1 hierarchies,
 so a job's cpuset and memory limit are Slurm's.
 
+The partition is set up as docs/slurm.md asks of a site: OverSubscribe=NO and open only to
+the group of the user the tests run as (AllowGroups; AllowAccounts would need slurmdbd).
+`restrict()` puts those settings back after a test changed them with `scontrol update`.
+
 Node names carry a per-cluster tag: slurmd names its cgroups `slurm_NODE`, so two clusters
 (two test sessions) never share a group.
 """
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import secrets
@@ -71,6 +76,11 @@ class SlurmCluster:
         return [f"s{self.tag}n{i}" for i in range(self.n_nodes)]
 
     @property
+    def partition_settings(self) -> str:
+        """The partition's settings docs/slurm.md asks for: no oversubscription, one group only."""
+        return f"OverSubscribe=NO AllowGroups={grp.getgrgid(os.getgid()).gr_name}"
+
+    @property
     def conf(self) -> Path:
         return self.root / "slurm.conf"
 
@@ -91,6 +101,11 @@ class SlurmCluster:
 
     def scontrol(self, *args: str) -> None:
         self.run("scontrol", *args)
+
+    def restrict(self) -> None:
+        """The partition as slurm.conf set it (after a test changed its settings)."""
+        self.scontrol("update", f"PartitionName={self.partition}", *self.partition_settings.split(),
+                      "AllowAccounts=ALL", "AllowQos=ALL", "RootOnly=NO")
 
     # -- life cycle -------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> SlurmCluster:
@@ -172,7 +187,7 @@ AccountingStorageType=accounting_storage/none
 MpiDefault=none
 KillWait=5
 {nodes}
-PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=NO MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=NO MaxTime=INFINITE State=UP {self.partition_settings}
 """)
         (r / "gres.conf").write_text("".join(
             f"NodeName={n} Name=gpu Type={GPU_TYPE} File={r}/dev/gpu[{i * NODE_GPUS}-{i * NODE_GPUS + NODE_GPUS - 1}]\n"
@@ -185,7 +200,9 @@ PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=NO MaxTime=I
         (r / "plugstack.conf").write_text("")
 
     def reset(self) -> None:
-        """Between tests: every job cancelled and gone from the nodes, every node resumed."""
+        """Between tests: every job cancelled and gone from the nodes, every node resumed, the
+        partition's settings as slurm.conf has them."""
+        self.restrict()
         self.run("scancel", "--full", "--signal=KILL", "--partition", self.partition, check=False)
         _wait(lambda: all(j["job_state"] in FINISHED for j in self.jobs()), 30, "the jobs to end")
         for node in self.nodes:

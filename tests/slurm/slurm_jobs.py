@@ -54,9 +54,11 @@ def slurm_jobs_of(slurm: SlurmCluster, d: DaemonProcess, job_id: int) -> list[di
                    and j["comment"].startswith(mine)), key=lambda j: j["job_id"])
 
 
-def task_pid(job_id: int, attempt: int) -> int:
-    """The pid of a Synergy task's process on this machine, found by its contract environment."""
-    want = {f"SYNERGY_JOB_ID={job_id}".encode(), f"SYNERGY_ATTEMPT={attempt}".encode()}
+def task_pid(slurm_job: dict[str, Any], job_id: int, attempt: int) -> int:
+    """The pid of a Synergy task's process on this machine, found by its contract environment
+    and its Slurm job's id (job ids repeat across daemons: other tests' jobs may run meanwhile)."""
+    want = {f"SYNERGY_JOB_ID={job_id}".encode(), f"SYNERGY_ATTEMPT={attempt}".encode(),
+            f"SLURM_JOB_ID={slurm_job['job_id']}".encode()}
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and want <= set((proc / "environ").read_bytes().split(b"\0")):

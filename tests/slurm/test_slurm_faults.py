@@ -17,7 +17,6 @@ from slurm_cluster import SlurmCluster
 from slurm_jobs import assert_exactly_once, finished, records, slurm_jobs_of, start_daemon, training
 from synergyd_harness import Admin, DaemonProcess, wait_for
 
-from synergy.scheduler.daemon.profiles import NO_LIVE_PROFILING
 from synergy.v1 import admin_pb2, common_pb2
 
 
@@ -44,10 +43,9 @@ def nodes(admin: Admin) -> dict[str, admin_pb2.NodeInfo]:
 
 def test_a_slurm_drain_moves_the_job_which_resumes_exactly(slurm: SlurmCluster, daemon, tmp_path: Path) -> None:
     d, admin = daemon
-    # profiler "auto", no known profile: our agent would profile it live; Slurm cannot resize
-    # a task to each point, so it keeps the stand-in profile, and describe says why.
-    a, rec = training(admin, tmp_path, "--samples", "64", "--epochs", "2", "--step-s", "0.1", profiler="auto")
-    assert any(NO_LIVE_PROFILING in t.reason for t in admin.describe(a).history)
+    # (profiler none: a measured profile could change its share, a new Slurm job, before the drain;
+    # test_slurm_jobs.py shows the profile measured under Slurm)
+    a, rec = training(admin, tmp_path, "--samples", "64", "--epochs", "2", "--step-s", "0.1")
     first = admin.describe(a).placements[0].node_id
     slurm.scontrol("update", f"NodeName={first}", "State=DRAIN", "Reason=fan failure")
     wait_for(lambda: admin.describe(a).attempt == 2 and admin.state(a) == "running", timeout=60,

@@ -1,24 +1,43 @@
 """Placement on a real Slurm: each rank of a Synergy job is a Slurm job holding exactly the round's
 share (read back from Slurm and from inside the process), a resize is a checkpoint and a new
-Slurm job, and the one-line SynergyIterator wrap trains every sample once per epoch throughout."""
+Slurm job, the job's profile is measured at the CPUs each of its Slurm jobs held, and the
+one-line SynergyIterator wrap trains every sample once per epoch throughout."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurm_cluster import SlurmCluster
 from slurm_jobs import (assert_exactly_once, finished, memory_limit_mb, records, slurm_jobs_of, start_daemon,
                         task_pid, train_command)
-from synergyd_harness import wait_for
+from synergyd_harness import Admin, DaemonProcess, wait_for
 
+from synergy.scheduler.backends.slurm.mapping import slurm_cpus
+from synergy.scheduler.daemon.profiles import MEASURING_IN_FORCE, PROFILED_IN_FORCE
+from synergy.scheduler.daemon.store import open_store
 from synergy.v1 import admin_pb2
 
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(600)")
 
 
-def test_a_job_is_placed_as_a_slurm_job_and_a_resize_is_a_new_slurm_job(
+def settled(admin: Admin, slurm: SlurmCluster, d: DaemonProcess, job: int) -> tuple[Any, dict[str, Any]] | None:
+    """(describe, Slurm job) once the job's current attempt runs in a Slurm job holding exactly the
+    round's share (None before: a decided resize not carried out yet)."""
+    info = admin.describe(job)
+    if admin.state(job) != "running" or len(info.placements) != 1:
+        return None
+    place = info.placements[0]
+    sj = [j for j in slurm_jobs_of(slurm, d, job) if j["name"] == f"synergy.{job}.{info.attempt}.0"
+          and j["job_state"] == "RUNNING" and j["cpus"] == slurm_cpus(place.cpus)
+          and j["memory_per_node"] == int(place.mem_gb * 1024)]
+    return (info, sj[0]) if sj else None
+
+
+def test_a_job_is_placed_profiled_and_resized_as_slurm_jobs(
         tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     d = start_daemon(tmp_path, slurm, monkeypatch, "--mechanism", "tune")
     admin = d.admin()
@@ -28,46 +47,58 @@ def test_a_job_is_placed_as_a_slurm_job_and_a_resize_is_a_new_slurm_job(
         wait_for(lambda: len(admin.ListNodes(admin_pb2.ListNodesRequest()).nodes) == 2, what="both nodes")
         # One node only, so that a second job must share it with the first.
         admin.CordonNode(admin_pb2.CordonNodeRequest(node_id=n1, reason="test: one node"))
-        a = admin.submit("a", gpus=1, model="resnet18", working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"),
-                         command=train_command(rec, "--samples", "64", "--epochs", "2", "--step-s", "0.15",
+        # No model, no profile: our agent would profile it under a profiling lease; under Slurm
+        # it runs with the stand-in and each of its Slurm jobs measures the CPUs it holds.
+        a = admin.submit("a", gpus=1, task="image", profiler="auto", working_dir=str(tmp_path),
+                         checkpoint_dir=str(tmp_path / "ckpt"),
+                         command=train_command(rec, "--samples", "128", "--epochs", "2", "--step-s", "0.15",
                                                "--affinity", str(aff))).id
-        wait_for(lambda: len(records(rec)) >= 3, timeout=90, what=f"job a to train ({admin.describe(a).state_reason})")
-        info = admin.describe(a)
+        assert admin.describe(a).profile_source.startswith("zoo:resnet18 (stand-in")
+        assert any(MEASURING_IN_FORCE in t.reason for t in admin.describe(a).history), admin.describe(a).history
+        wait_for(lambda: admin.describe(a).profile_source == PROFILED_IN_FORCE, timeout=90,
+                 what=f"a's profile measured at 2 CPUs ({admin.describe(a).state_reason})")
+        time.sleep(3)  # a few rounds on the measured profile (its share may change: a new Slurm job)
+        info, sj = wait_for(lambda: settled(admin, slurm, d, a), timeout=60, what="a's share in Slurm")
         (place,) = info.placements
-        (sj,) = [j for j in slurm_jobs_of(slurm, d, a) if j["job_state"] == "RUNNING"]
         # Slurm holds what the round decided: the node, whole CPUs, memory, one GPU.
-        assert place.node_id == n0 and sj["nodes"] == n0 and sj["name"] == f"synergy.{a}.1.0"
-        assert sj["cpus"] == int(place.cpus) == 2 and sj["memory_per_node"] == int(place.mem_gb * 1024)
+        assert place.node_id == n0 and sj["nodes"] == n0 and sj["cpus"] == int(place.cpus) == 2
         assert sj["tres_per_node"] == "gres:gpu:1"
-        pid = wait_for(lambda: task_pid(a, 1), what="a's process")
+        pid = wait_for(lambda: task_pid(sj, a, info.attempt), what="a's process")
         assert memory_limit_mb(pid) == int(place.mem_gb * 1024)  # Slurm's cgroup, seen from the process
-        wait_for(lambda: aff.exists() and aff.read_text().split(), what="the affinity record")
         assert aff.read_text().splitlines()[0].split()[1] == "2"  # the process runs on both cores
 
         # A second job: tune halves a's CPUs. Slurm cannot resize a running job, so a checkpoints
-        # and exits 75 and runs on as attempt 2 in a new Slurm job holding one CPU.
+        # and exits 75 and runs on in a new Slurm job holding one CPU.
+        before = info.attempt
         b = admin.submit("b", gpus=1, model="resnet18", command=SLEEPER, working_dir=str(tmp_path)).id
-        wait_for(lambda: admin.describe(a).attempt == 2 and admin.state(a) == "running", timeout=60,
-                 what=f"a relaunched with its new share ({admin.describe(a).state_reason})")
+        info, sj2 = wait_for(lambda: (s := settled(admin, slurm, d, a)) and s[0].attempt > before and s,
+                             timeout=60, what=f"a relaunched with its new share ({admin.describe(a).state_reason})")
         wait_for(lambda: admin.state(b) == "running", timeout=30, what="b to run")
-        info = admin.describe(a)
-        assert [p.cpus for p in info.placements] == [1.0]
+        assert [p.cpus for p in info.placements] == [1.0] and sj2["cpus"] == 1
         assert any("resized to" in t.reason and "a new Slurm job" in t.reason for t in info.history), info.history
-        sj2 = wait_for(lambda: [j for j in slurm_jobs_of(slurm, d, a) if j["name"] == f"synergy.{a}.2.0"
-                                 and j["job_state"] == "RUNNING"], what="a's second Slurm job")[0]
-        assert sj2["cpus"] == 1 and sj2["memory_per_node"] == int(info.placements[0].mem_gb * 1024)
-        assert memory_limit_mb(wait_for(lambda: task_pid(a, 2), what="a's new process")) == sj2["memory_per_node"]
+        assert memory_limit_mb(wait_for(lambda: task_pid(sj2, a, info.attempt), what="a's new process")) == (
+            sj2["memory_per_node"])
         finished(admin, a)
+        assert admin.describe(a).profile_source == PROFILED_IN_FORCE
         first = slurm_jobs_of(slurm, d, a)[0]
         assert first["job_state"] == "FAILED" and first["exit_code"] >> 8 == 75  # checkpointed, restart me
         rows = records(rec)
-        assert {r.attempt for r in rows} == {1, 2}
-        assert_exactly_once(rows, samples=64, epochs=2)
+        assert {r.attempt for r in rows} >= {1, 2}
+        assert_exactly_once(rows, samples=128, epochs=2)
         cores = {int(line.split()[1]) for line in aff.read_text().splitlines()}
-        assert cores == {2, 1}  # seen from inside: both cores, then the one Slurm bound attempt 2 to
+        assert cores == {2, 1}  # seen from inside: both cores, then the one Slurm bound the last attempt to
     finally:
         admin.close()
         d.terminate()
+    # The profile a was scheduled with at the end: both points measured under Slurm, 2 CPUs by its
+    # first Slurm job (carried over in the checkpoint) and 1 CPU by its last, not the stand-in.
+    store = open_store(d.state_dir)
+    try:
+        doc = store.job(a).reported_profile
+    finally:
+        store.close()
+    assert doc is not None and doc["source"].startswith("profiled: 2 points at 1.0, 2.0 CPUs for 1 GPU(s)"), doc
+    assert doc["cpus_per_gpu"] == [1.0, 2.0] and doc["task"] == "image"
 
 
 def test_a_two_node_job_is_one_slurm_job_per_rank_meeting_at_rank_0s_host(

@@ -25,43 +25,43 @@ _sym_db = _symbol_database.Default()
 from synergy.v1 import common_pb2 as synergy_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14synergy/v1/job.proto\x12\nsynergy.v1\x1a\x17synergy/v1/common.proto\"\x83\x01\n\x05Lease\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x19\n\x11\x65xpires_at_unix_s\x18\x03 \x01(\x01\x12)\n\nplacements\x18\x04 \x03(\x0b\x32\x15.synergy.v1.Placement\x12\x13\n\x0bround_index\x18\x05 \x01(\x04\"H\n\nAllocation\x12\x0c\n\x04\x63pus\x18\x01 \x01(\x01\x12\r\n\x05\x63ores\x18\x02 \x03(\r\x12\x0e\n\x06mem_gb\x18\x03 \x01(\x01\x12\r\n\x05known\x18\x04 \x01(\x08\"t\n\x0eProfilingLease\x12\x0e\n\x06search\x18\x01 \x01(\t\x12\x10\n\x08max_cpus\x18\x02 \x01(\r\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0c\n\x04gpus\x18\x04 \x01(\r\x12\x12\n\nmax_mem_gb\x18\x05 \x01(\x01\x12\x10\n\x08sub_core\x18\x06 \x01(\x08\"\x8e\x01\n\x19RegisterJobProcessRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x12\n\nworld_size\x18\x04 \x01(\r\x12\x0f\n\x07node_id\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\r\"\xbc\x01\n\x1aRegisterJobProcessResponse\x12 \n\x05lease\x18\x01 \x01(\x0b\x32\x11.synergy.v1.Lease\x12\x18\n\x10renew_interval_s\x18\x02 \x01(\x01\x12\x1e\n\x16resume_checkpoint_path\x18\x03 \x01(\t\x12\x13\n\x0bresume_step\x18\x04 \x01(\x04\x12-\n\tprofiling\x18\x05 \x01(\x0b\x32\x1a.synergy.v1.ProfilingLease\"W\n\x14ReportProfileRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12/\n\x07profile\x18\x02 \x01(\x0b\x32\x1e.synergy.v1.SensitivityProfile\"/\n\x15ReportProfileResponse\x12\x16\n\x0eprofile_source\x18\x01 \x01(\t\"\xd3\x01\n\x11RenewLeaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\x15\n\rsamples_per_s\x18\x05 \x01(\x01\x12\x13\n\x0bsteps_per_s\x18\x06 \x01(\x01\x12\x14\n\x0cprofile_cpus\x18\x07 \x01(\r\x12%\n\x05\x63\x61\x63he\x18\x08 \x01(\x0b\x32\x16.synergy.v1.CacheStats\x12\x18\n\x10profile_sub_cpus\x18\t \x01(\x01\"\x94\x02\n\x12RenewLeaseResponse\x12\'\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x17.synergy.v1.LeaseAction\x12 \n\x05lease\x18\x02 \x01(\x0b\x32\x11.synergy.v1.Lease\x12\x14\n\x0cstop_at_step\x18\x03 \x01(\x04\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10renew_interval_s\x18\x05 \x01(\x01\x12(\n\x08in_force\x18\x06 \x01(\x0b\x32\x16.synergy.v1.Allocation\x12-\n\tprofiling\x18\x07 \x01(\x0b\x32\x1a.synergy.v1.ProfilingLease\x12\x1a\n\x12\x63heckpoint_at_step\x18\x08 \x01(\x04\"e\n\x17ReportCheckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"/\n\x18ReportCheckpointResponse\x12\x13\n\x0bresume_step\x18\x01 \x01(\x04\"\x89\x01\n\x17ReportCompletionRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12.\n\x07outcome\x18\x03 \x01(\x0e\x32\x1d.synergy.v1.CompletionOutcome\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\x0f\n\x07message\x18\x05 \x01(\t\"?\n\x18ReportCompletionResponse\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.synergy.v1.JobState*y\n\x0bLeaseAction\x12\x1c\n\x18LEASE_ACTION_UNSPECIFIED\x10\x00\x12\x19\n\x15LEASE_ACTION_CONTINUE\x10\x01\x12\x15\n\x11LEASE_ACTION_STOP\x10\x02\x12\x1a\n\x16LEASE_ACTION_TERMINATE\x10\x03*x\n\x11\x43ompletionOutcome\x12\"\n\x1e\x43OMPLETION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n\x1c\x43OMPLETION_OUTCOME_SUCCEEDED\x10\x01\x12\x1d\n\x19\x43OMPLETION_OUTCOME_FAILED\x10\x02\x32\xd2\x03\n\nJobService\x12\x63\n\x12RegisterJobProcess\x12%.synergy.v1.RegisterJobProcessRequest\x1a&.synergy.v1.RegisterJobProcessResponse\x12T\n\rReportProfile\x12 .synergy.v1.ReportProfileRequest\x1a!.synergy.v1.ReportProfileResponse\x12K\n\nRenewLease\x12\x1d.synergy.v1.RenewLeaseRequest\x1a\x1e.synergy.v1.RenewLeaseResponse\x12]\n\x10ReportCheckpoint\x12#.synergy.v1.ReportCheckpointRequest\x1a$.synergy.v1.ReportCheckpointResponse\x12]\n\x10ReportCompletion\x12#.synergy.v1.ReportCompletionRequest\x1a$.synergy.v1.ReportCompletionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14synergy/v1/job.proto\x12\nsynergy.v1\x1a\x17synergy/v1/common.proto\"\x83\x01\n\x05Lease\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x19\n\x11\x65xpires_at_unix_s\x18\x03 \x01(\x01\x12)\n\nplacements\x18\x04 \x03(\x0b\x32\x15.synergy.v1.Placement\x12\x13\n\x0bround_index\x18\x05 \x01(\x04\"H\n\nAllocation\x12\x0c\n\x04\x63pus\x18\x01 \x01(\x01\x12\r\n\x05\x63ores\x18\x02 \x03(\r\x12\x0e\n\x06mem_gb\x18\x03 \x01(\x01\x12\r\n\x05known\x18\x04 \x01(\x08\"\x8b\x01\n\x0eProfilingLease\x12\x0e\n\x06search\x18\x01 \x01(\t\x12\x10\n\x08max_cpus\x18\x02 \x01(\r\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0c\n\x04gpus\x18\x04 \x01(\r\x12\x12\n\nmax_mem_gb\x18\x05 \x01(\x01\x12\x10\n\x08sub_core\x18\x06 \x01(\x08\x12\x15\n\rin_force_only\x18\x07 \x01(\x08\"\x8e\x01\n\x19RegisterJobProcessRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x12\n\nworld_size\x18\x04 \x01(\r\x12\x0f\n\x07node_id\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\r\"\xbc\x01\n\x1aRegisterJobProcessResponse\x12 \n\x05lease\x18\x01 \x01(\x0b\x32\x11.synergy.v1.Lease\x12\x18\n\x10renew_interval_s\x18\x02 \x01(\x01\x12\x1e\n\x16resume_checkpoint_path\x18\x03 \x01(\t\x12\x13\n\x0bresume_step\x18\x04 \x01(\x04\x12-\n\tprofiling\x18\x05 \x01(\x0b\x32\x1a.synergy.v1.ProfilingLease\"W\n\x14ReportProfileRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12/\n\x07profile\x18\x02 \x01(\x0b\x32\x1e.synergy.v1.SensitivityProfile\"/\n\x15ReportProfileResponse\x12\x16\n\x0eprofile_source\x18\x01 \x01(\t\"\xd3\x01\n\x11RenewLeaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\x15\n\rsamples_per_s\x18\x05 \x01(\x01\x12\x13\n\x0bsteps_per_s\x18\x06 \x01(\x01\x12\x14\n\x0cprofile_cpus\x18\x07 \x01(\r\x12%\n\x05\x63\x61\x63he\x18\x08 \x01(\x0b\x32\x16.synergy.v1.CacheStats\x12\x18\n\x10profile_sub_cpus\x18\t \x01(\x01\"\x94\x02\n\x12RenewLeaseResponse\x12\'\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x17.synergy.v1.LeaseAction\x12 \n\x05lease\x18\x02 \x01(\x0b\x32\x11.synergy.v1.Lease\x12\x14\n\x0cstop_at_step\x18\x03 \x01(\x04\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10renew_interval_s\x18\x05 \x01(\x01\x12(\n\x08in_force\x18\x06 \x01(\x0b\x32\x16.synergy.v1.Allocation\x12-\n\tprofiling\x18\x07 \x01(\x0b\x32\x1a.synergy.v1.ProfilingLease\x12\x1a\n\x12\x63heckpoint_at_step\x18\x08 \x01(\x04\"e\n\x17ReportCheckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"/\n\x18ReportCheckpointResponse\x12\x13\n\x0bresume_step\x18\x01 \x01(\x04\"\x89\x01\n\x17ReportCompletionRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12.\n\x07outcome\x18\x03 \x01(\x0e\x32\x1d.synergy.v1.CompletionOutcome\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12\x0f\n\x07message\x18\x05 \x01(\t\"?\n\x18ReportCompletionResponse\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.synergy.v1.JobState*y\n\x0bLeaseAction\x12\x1c\n\x18LEASE_ACTION_UNSPECIFIED\x10\x00\x12\x19\n\x15LEASE_ACTION_CONTINUE\x10\x01\x12\x15\n\x11LEASE_ACTION_STOP\x10\x02\x12\x1a\n\x16LEASE_ACTION_TERMINATE\x10\x03*x\n\x11\x43ompletionOutcome\x12\"\n\x1e\x43OMPLETION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n\x1c\x43OMPLETION_OUTCOME_SUCCEEDED\x10\x01\x12\x1d\n\x19\x43OMPLETION_OUTCOME_FAILED\x10\x02\x32\xd2\x03\n\nJobService\x12\x63\n\x12RegisterJobProcess\x12%.synergy.v1.RegisterJobProcessRequest\x1a&.synergy.v1.RegisterJobProcessResponse\x12T\n\rReportProfile\x12 .synergy.v1.ReportProfileRequest\x1a!.synergy.v1.ReportProfileResponse\x12K\n\nRenewLease\x12\x1d.synergy.v1.RenewLeaseRequest\x1a\x1e.synergy.v1.RenewLeaseResponse\x12]\n\x10ReportCheckpoint\x12#.synergy.v1.ReportCheckpointRequest\x1a$.synergy.v1.ReportCheckpointResponse\x12]\n\x10ReportCompletion\x12#.synergy.v1.ReportCompletionRequest\x1a$.synergy.v1.ReportCompletionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'synergy.v1.job_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEASEACTION']._serialized_start=1711
-  _globals['_LEASEACTION']._serialized_end=1832
-  _globals['_COMPLETIONOUTCOME']._serialized_start=1834
-  _globals['_COMPLETIONOUTCOME']._serialized_end=1954
+  _globals['_LEASEACTION']._serialized_start=1735
+  _globals['_LEASEACTION']._serialized_end=1856
+  _globals['_COMPLETIONOUTCOME']._serialized_start=1858
+  _globals['_COMPLETIONOUTCOME']._serialized_end=1978
   _globals['_LEASE']._serialized_start=62
   _globals['_LEASE']._serialized_end=193
   _globals['_ALLOCATION']._serialized_start=195
   _globals['_ALLOCATION']._serialized_end=267
-  _globals['_PROFILINGLEASE']._serialized_start=269
-  _globals['_PROFILINGLEASE']._serialized_end=385
-  _globals['_REGISTERJOBPROCESSREQUEST']._serialized_start=388
-  _globals['_REGISTERJOBPROCESSREQUEST']._serialized_end=530
-  _globals['_REGISTERJOBPROCESSRESPONSE']._serialized_start=533
-  _globals['_REGISTERJOBPROCESSRESPONSE']._serialized_end=721
-  _globals['_REPORTPROFILEREQUEST']._serialized_start=723
-  _globals['_REPORTPROFILEREQUEST']._serialized_end=810
-  _globals['_REPORTPROFILERESPONSE']._serialized_start=812
-  _globals['_REPORTPROFILERESPONSE']._serialized_end=859
-  _globals['_RENEWLEASEREQUEST']._serialized_start=862
-  _globals['_RENEWLEASEREQUEST']._serialized_end=1073
-  _globals['_RENEWLEASERESPONSE']._serialized_start=1076
-  _globals['_RENEWLEASERESPONSE']._serialized_end=1352
-  _globals['_REPORTCHECKPOINTREQUEST']._serialized_start=1354
-  _globals['_REPORTCHECKPOINTREQUEST']._serialized_end=1455
-  _globals['_REPORTCHECKPOINTRESPONSE']._serialized_start=1457
-  _globals['_REPORTCHECKPOINTRESPONSE']._serialized_end=1504
-  _globals['_REPORTCOMPLETIONREQUEST']._serialized_start=1507
-  _globals['_REPORTCOMPLETIONREQUEST']._serialized_end=1644
-  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_start=1646
-  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_end=1709
-  _globals['_JOBSERVICE']._serialized_start=1957
-  _globals['_JOBSERVICE']._serialized_end=2423
+  _globals['_PROFILINGLEASE']._serialized_start=270
+  _globals['_PROFILINGLEASE']._serialized_end=409
+  _globals['_REGISTERJOBPROCESSREQUEST']._serialized_start=412
+  _globals['_REGISTERJOBPROCESSREQUEST']._serialized_end=554
+  _globals['_REGISTERJOBPROCESSRESPONSE']._serialized_start=557
+  _globals['_REGISTERJOBPROCESSRESPONSE']._serialized_end=745
+  _globals['_REPORTPROFILEREQUEST']._serialized_start=747
+  _globals['_REPORTPROFILEREQUEST']._serialized_end=834
+  _globals['_REPORTPROFILERESPONSE']._serialized_start=836
+  _globals['_REPORTPROFILERESPONSE']._serialized_end=883
+  _globals['_RENEWLEASEREQUEST']._serialized_start=886
+  _globals['_RENEWLEASEREQUEST']._serialized_end=1097
+  _globals['_RENEWLEASERESPONSE']._serialized_start=1100
+  _globals['_RENEWLEASERESPONSE']._serialized_end=1376
+  _globals['_REPORTCHECKPOINTREQUEST']._serialized_start=1378
+  _globals['_REPORTCHECKPOINTREQUEST']._serialized_end=1479
+  _globals['_REPORTCHECKPOINTRESPONSE']._serialized_start=1481
+  _globals['_REPORTCHECKPOINTRESPONSE']._serialized_end=1528
+  _globals['_REPORTCOMPLETIONREQUEST']._serialized_start=1531
+  _globals['_REPORTCOMPLETIONREQUEST']._serialized_end=1668
+  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_start=1670
+  _globals['_REPORTCOMPLETIONRESPONSE']._serialized_end=1733
+  _globals['_JOBSERVICE']._serialized_start=1981
+  _globals['_JOBSERVICE']._serialized_end=2447
 # @@protoc_insertion_point(module_scope)

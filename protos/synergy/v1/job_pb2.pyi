@@ -55,20 +55,22 @@ class Allocation(_message.Message):
     def __init__(self, cpus: _Optional[float] = ..., cores: _Optional[_Iterable[int]] = ..., mem_gb: _Optional[float] = ..., known: _Optional[bool] = ...) -> None: ...
 
 class ProfilingLease(_message.Message):
-    __slots__ = ("search", "max_cpus", "task", "gpus", "max_mem_gb", "sub_core")
+    __slots__ = ("search", "max_cpus", "task", "gpus", "max_mem_gb", "sub_core", "in_force_only")
     SEARCH_FIELD_NUMBER: _ClassVar[int]
     MAX_CPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     MAX_MEM_GB_FIELD_NUMBER: _ClassVar[int]
     SUB_CORE_FIELD_NUMBER: _ClassVar[int]
+    IN_FORCE_ONLY_FIELD_NUMBER: _ClassVar[int]
     search: str
     max_cpus: int
     task: str
     gpus: int
     max_mem_gb: float
     sub_core: bool
-    def __init__(self, search: _Optional[str] = ..., max_cpus: _Optional[int] = ..., task: _Optional[str] = ..., gpus: _Optional[int] = ..., max_mem_gb: _Optional[float] = ..., sub_core: _Optional[bool] = ...) -> None: ...
+    in_force_only: bool
+    def __init__(self, search: _Optional[str] = ..., max_cpus: _Optional[int] = ..., task: _Optional[str] = ..., gpus: _Optional[int] = ..., max_mem_gb: _Optional[float] = ..., sub_core: _Optional[bool] = ..., in_force_only: _Optional[bool] = ...) -> None: ...
 
 class RegisterJobProcessRequest(_message.Message):
     __slots__ = ("job_id", "attempt", "rank", "world_size", "node_id", "hostname", "pid")

@@ -62,6 +62,8 @@ class SlurmSettings:
     #: A launch Slurm keeps pending longer than this is cancelled and requeued with Slurm's reason.
     pending_s: float = 60.0
     tls_ca: str = ""
+    #: Start on a partition anyone may submit to (warned about instead of refused).
+    allow_open_partition: bool = False
 
 
 @dataclass
@@ -131,9 +133,21 @@ class SlurmBridge:
         except SlurmError as exc:
             raise SlurmRefused(f"--backend slurm: cannot reach Slurm: {exc}") from None
         foreign = [j for j in jobs if not mapping.is_finished(j) and mapping.task_of(j, self.settings.cluster) is None]
-        problem = mapping.partition_problem(nodes, self.settings.partition, foreign)
+        s = self.settings
+        problem = mapping.partition_problem(nodes, s.partition, foreign)
         if problem:
             raise SlurmRefused(problem)
+        try:
+            options = self.slurm.partition(s.partition)
+        except SlurmError as exc:
+            raise SlurmRefused(f"--slurm-partition {s.partition}: cannot read its settings: {exc}") from None
+        problem = mapping.partition_settings_problem(s.partition, options, s.allow_open_partition)
+        if problem:
+            raise SlurmRefused(problem)
+        if mapping.partition_is_open(options):
+            event(self.ctx.log, "slurm.open_partition", logging.WARNING, partition=s.partition,
+                  action="anyone may submit to it (--slurm-allow-open-partition): foreign jobs are logged "
+                  "as slurm.foreign_job and Synergy's launches may wait behind them")
         self.settings.work_dir.mkdir(parents=True, exist_ok=True)
         (self.settings.work_dir / "logs").mkdir(exist_ok=True)
         event(self.ctx.log, "slurm.started", partition=self.settings.partition, slurm=self.version,
@@ -423,6 +437,7 @@ def settings_for(cfg: Any) -> SlurmSettings:
         daemon_address=cfg.slurm_job_daemon_address,
         pending_s=cfg.slurm_pending_s,
         tls_ca=str(cfg.tls_cert) if cfg.tls_cert is not None else "",
+        allow_open_partition=cfg.slurm_allow_open_partition,
     )
 
 

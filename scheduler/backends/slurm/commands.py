@@ -5,7 +5,10 @@ Slurm 22.05's supported machine-readable interfaces are the JSON output of `sinf
 --parsable` (the job id) and `scancel`'s exit status. We use the commands rather than
 slurmrestd because every Slurm site has them, they authenticate with the site's own munge
 set-up, and they need no extra daemon or JWT key (docs/slurm.md, "Which interface").
-`scontrol` is used only to change state, never parsed.
+The partition's own settings (checked once, at start) are the exception 22.05 leaves: `sinfo
+--Format` gives OverSubscribe, AllowGroups and RootOnly as documented fields with an explicit
+separator, but no form but `scontrol --oneliner show partition` (one line of slurm.conf's
+`Key=Value` pairs) gives AllowAccounts and AllowQos, so those two are read from it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 #: The commands the backend runs (checked at start).
-COMMANDS = ("sinfo", "squeue", "sbatch", "scancel", "sstat")
+COMMANDS = ("sinfo", "squeue", "sbatch", "scancel", "sstat", "scontrol")
+#: `sinfo --Format` fields of a partition read at start, and slurm.conf's names for them.
+_SINFO_PARTITION = (("OverSubscribe", "OverSubscribe"), ("Groups", "AllowGroups"), ("Root", "RootOnly"))
+#: Partition settings only `scontrol --oneliner show partition` gives in 22.05.
+_SCONTROL_PARTITION = ("AllowAccounts", "AllowQos")
 
 
 class SlurmError(RuntimeError):
@@ -88,6 +95,22 @@ class Slurm:
             except ValueError:
                 continue
         return usage
+
+    def partition(self, name: str) -> dict[str, str]:
+        """Who may submit to the partition and whether jobs may share cores, by slurm.conf's names
+        (OverSubscribe `NO`/`EXCLUSIVE`/`YES:4`/`FORCE:4`, AllowGroups `all` or a list, RootOnly,
+        AllowAccounts, AllowQos); {} when Slurm has no such partition."""
+        fmt = ",".join(f"{field}:0|" for field, _ in _SINFO_PARTITION)  # unpadded, '|' after each field
+        out = self.run(["sinfo", "--noheader", f"--partition={name}", f"--Format={fmt}"])
+        line = next((ln for ln in out.splitlines() if ln.strip()), "")
+        if not line:
+            return {}
+        settings = {key: value.strip() for (_, key), value in zip(_SINFO_PARTITION, line.split("|"))}
+        for item in self.run(["scontrol", "--oneliner", "show", "partition", name]).split():
+            key, sep, value = item.partition("=")
+            if sep and key in _SCONTROL_PARTITION:
+                settings[key] = value
+        return settings
 
     # -- acting -----------------------------------------------------------------------------------
     def submit(self, flags: Sequence[str], script: str, env: Mapping[str, str]) -> int:

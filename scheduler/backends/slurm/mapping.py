@@ -123,6 +123,33 @@ def partition_problem(nodes: Sequence[SlurmNode], partition: str, foreign_jobs: 
     return ""
 
 
+def partition_is_open(settings: Mapping[str, str]) -> bool:
+    """Whether anyone may submit to the partition: every group, account and QOS allowed, not root
+    only (a setting Slurm did not show counts as allowing all, as Slurm's own default does)."""
+    return (settings.get("RootOnly", "no").lower() != "yes"
+            and all(settings.get(k, "ALL").upper() == "ALL" for k in ("AllowGroups", "AllowAccounts", "AllowQos")))
+
+
+def partition_settings_problem(partition: str, settings: Mapping[str, str], allow_open: bool) -> str:
+    """Why the partition's own settings rule it out ("" = they do not): jobs may share cores
+    (OverSubscribe YES or FORCE), every job gets whole nodes (EXCLUSIVE), or anyone may submit
+    to it and the operator did not say that is intended (`--slurm-allow-open-partition`)."""
+    flag = f"--slurm-partition {partition}"
+    over = settings.get("OverSubscribe", "NO")
+    mode = over.split(":")[0].upper()
+    if mode in ("YES", "FORCE"):
+        return (f"{flag}: OverSubscribe={over} lets Slurm put several jobs on the same cores, so Synergy's CPU "
+                "shares would not hold; set OverSubscribe=NO on the partition (docs/slurm.md)")
+    if mode == "EXCLUSIVE":
+        return (f"{flag}: OverSubscribe=EXCLUSIVE gives every job whole nodes, so Synergy's jobs could not share "
+                "a node; set OverSubscribe=NO on the partition (docs/slurm.md)")
+    if partition_is_open(settings) and not allow_open:
+        return (f"{flag}: AllowGroups=ALL, AllowAccounts=ALL, AllowQos=ALL: anyone may submit to it, so Slurm "
+                "could put other work on Synergy's resources; restrict it to synergyd's user (AllowGroups=GROUP, "
+                "docs/slurm.md) or start with --slurm-allow-open-partition")
+    return ""
+
+
 # -- jobs ---------------------------------------------------------------------------------------
 def job_name(key: TaskKey) -> str:
     return f"{NAME_PREFIX}{key.job_id}.{key.attempt}.{key.rank}"

@@ -41,9 +41,14 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         )
 
     def _profiling(self, job: JobRecord) -> job_pb2.ProfilingLease | None:
-        """The profiling lease's terms (None for an ordinary lease)."""
+        """The profiling lease's terms (None for an ordinary lease); under Slurm, a job whose
+        profile is measured where it runs gets `in_force_only` terms (profiles.measures_in_force):
+        on one node only, as a profiling lease, since rank 0 sees only its own CPUs."""
         if not job.profiling_lease:
-            return None
+            if len(job.placements) != 1 or not self.ctx.profiles.measures_in_force(job):
+                return None
+            return job_pb2.ProfilingLease(search=job.spec.profile_search, task=job.spec.task, gpus=job.spec.gpus,
+                                          max_mem_gb=job.placements[0].mem_gb, in_force_only=True)
         p = job.placements[0]
         return job_pb2.ProfilingLease(
             search=job.spec.profile_search,
