@@ -8,7 +8,7 @@ Under a profiling lease also: this thread writes `profiling` (the lease's terms)
 writes `want_cpus` (the next point) and hands a finished measurement over as `profile_job`
 (a callable this thread runs, off the training path, and reports with `ReportProfile`).
 With a MinIO cache (`cache`), renewals carry its statistics and a changed memory allocation
-resizes it to `capacity_from_allocation`.
+resizes it to what the new allocation affords (`MinioCache.capacity_for`).
 Single attribute reads and writes are atomic in CPython, so the per-batch path takes no lock
 and does no I/O. While the daemon is unreachable the thread retries with jittered back-off and
 training goes on under the current lease (the daemon, not the job, decides when it is lost).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -34,6 +35,11 @@ from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc
 log = logging.getLogger("synergy.iterator")
 
 _RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def say(msg: str) -> None:
+    """One line on the job's stderr (the agent's log tail carries it into describe)."""
+    print(f"synergy.iterator: {msg}", file=sys.stderr, flush=True)
 
 
 class LeaseKeeper:
@@ -208,7 +214,7 @@ class LeaseKeeper:
             job_id=self.env.job_id, profile=profile_to_msg(model, doc)), give_up_after_s=self.report_patience_s)
         if r is not None:
             self.profile_source = r.profile_source
-            log.info("profile reported: %s", r.profile_source)
+            say(f"profile reported ({doc.get('source', '')})")
 
     def _cache_stats(self) -> common_pb2.CacheStats | None:
         if self.cache is None:
@@ -224,12 +230,12 @@ class LeaseKeeper:
         """A changed memory allocation resizes the cache to what the new one affords."""
         if self.cache is None or abs(mem_gb - self._cache_mem_gb) < 1e-9:
             return
-        from synergy.cache import capacity_from_allocation
-
-        self._cache_mem_gb = mem_gb
+        old_gb, self._cache_mem_gb = self._cache_mem_gb, mem_gb
         try:
-            dropped = self.cache.resize(capacity_from_allocation(mem_gb))
-            log.info("cache resized for %g GB (%d items dropped)", mem_gb, dropped)
+            capacity = self.cache.capacity_for(mem_gb)
+            dropped = self.cache.resize(capacity)
+            say(f"cache resized for {mem_gb:g} GB of memory (was {old_gb:g} GB): capacity {capacity} bytes, "
+                f"{dropped} items dropped")
         except (OSError, ValueError) as exc:
             log.warning("cache resize for %g GB failed: %s", mem_gb, exc)
 
