@@ -14,6 +14,7 @@ fake GPUs), on a small image set made by the test:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from typing import Iterator
 
 import pytest
 
+from cli_runner import run_cli
 from agent_harness import AgentProcess, alive, is_root_with_v1
 from synergyd_harness import DaemonProcess, history, wait_for
 from synergy.cache import segment
@@ -64,7 +66,8 @@ def segments(job: int) -> list[Path]:
     return sorted(Path(segment.SHM_DIR).glob(f"{segment.PREFIX}j{job}-a*"))
 
 
-def test_describe_shows_the_cache_the_profile_models_its_files_and_a_resize_shrinks_it(node, tmp_path: Path) -> None:
+def test_describe_shows_the_cache_the_profile_models_its_files_and_a_resize_shrinks_it(
+        node, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d, agent = node
     admin = d.admin()
     job = submit(d, tmp_path, "img", epochs=40, profiler="auto")
@@ -79,6 +82,10 @@ def test_describe_shows_the_cache_the_profile_models_its_files_and_a_resize_shri
     info = admin.describe(job)
     admin.close()
     log = agent.task_log(job)
+    # The filed symptom: `synergy describe img --json` showed "cache": null.
+    described = run_cli(capsys, "--state-dir", str(d.state_dir), "--json", "describe", "img")
+    assert described.code == 0, described.err
+    assert json.loads(described.out)["cache"]["misses"] == info.cache.misses == 128, described.out
     assert history(info)[-1] == "succeeded", (history(info), log[-3000:])
     assert "MinIO cache /dev/shm/synergy-cache-j" in log and "found at loader.dataset.images.cache" in log, log[-3000:]
 
