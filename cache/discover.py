@@ -10,16 +10,18 @@ cache, so they all ask this one function.
 
 `find_caches(root)` walks the object graph below `root` breadth first, through instance
 attributes (``vars()``, never properties: reading a property may do work) and the first
-`CONTAINER_ITEMS` items of lists, tuples, sets and dicts, to depth `MAX_DEPTH`, each object
-once. It stops at a `CachedFileDataset` (its cache and files) and at a bare `MinioCache`.
-Scalars, strings, tensors, arrays, types, modules and functions are never entered, so a
-dataset of a million paths costs a few dozen steps. What the walk cannot reach (a cache only a
-closure holds, a DALI pipeline's C++ side) is passed explicitly: ``SynergyIterator(loader,
-cache=...)``.
+`CONTAINER_ITEMS` items of lists, tuples, sets and dicts, the cells of closures (a lambda
+that reads through the cache), bound methods' objects and `functools.partial` arguments, to
+depth `MAX_DEPTH`, each object once. It stops at a `CachedFileDataset` (its cache and files)
+and at a bare `MinioCache`. Scalars, strings, tensors, arrays, nn modules, types, modules and
+functions' globals are never entered, so a dataset of a million paths costs a few dozen steps.
+What the walk cannot reach (a cache only a module global or a DALI pipeline's C++ side holds)
+is passed explicitly: ``SynergyIterator(loader, cache=...)``.
 """
 
 from __future__ import annotations
 
+import functools
 import types
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,7 +37,7 @@ MAX_DEPTH = 8
 CONTAINER_ITEMS = 64
 
 _LEAVES = (str, bytes, bytearray, memoryview, int, float, complex, bool, type(None), type,
-           types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, range)
+           types.ModuleType, types.BuiltinFunctionType, range)
 #: Types from these modules (tensors, generators, nn modules, arrays) never hold a dataset;
 #: torch.utils.data's do (DataLoader, Subset, ConcatDataset) and are entered.
 _OPAQUE_MODULES = ("torch", "numpy")
@@ -91,6 +93,19 @@ def _leaf(obj: Any) -> bool:
 
 
 def _children(obj: Any) -> list[tuple[str, Any]]:
+    if isinstance(obj, types.FunctionType):  # a closure's cells (never its globals)
+        cells = obj.__closure__ or ()
+        out = []
+        for name, cell in zip(obj.__code__.co_freevars, cells):
+            try:
+                out.append((f"<{obj.__name__}>.{name}", cell.cell_contents))
+            except ValueError:  # an empty cell
+                pass
+        return out
+    if isinstance(obj, types.MethodType):
+        return [("__self__", obj.__self__), ("__func__", obj.__func__)]
+    if isinstance(obj, functools.partial):
+        return [("func", obj.func), ("args", obj.args), ("keywords", obj.keywords)]
     if isinstance(obj, dict):
         return [(f"[{k!r}]", v) for k, v in list(obj.items())[:CONTAINER_ITEMS]]
     if isinstance(obj, (list, tuple)):

@@ -62,8 +62,8 @@ class SynergyIterator:
                  cache: MinioCache | None = None) -> None:
         """`keep_checkpoints`: how many complete checkpoints to keep in the checkpoint dir
         (older step dirs are deleted once a newer one is complete and reported; at least 1).
-        `cache`: the job's MinIO cache, when the loader's objects do not lead to it (a closure
-        holds it; see `synergy.cache.find_caches`); by default it is found below `loader`."""
+        `cache`: the job's MinIO cache, when the loader's objects do not lead to it (a module
+        global holds it; see `synergy.cache.find_caches`); by default it is found below `loader`."""
         if keep_checkpoints < 1:
             raise ValueError(f"keep_checkpoints must be at least 1, got {keep_checkpoints}")
         self.loader = loader

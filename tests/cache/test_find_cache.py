@@ -87,6 +87,17 @@ def test_found_through_any_wrapping(wrap, cache, files) -> None:
     assert found.cache is cache and found.files == files
 
 
+def test_found_in_a_closure_a_bound_method_or_a_partial(cache, files) -> None:
+    import functools
+
+    ds = CachedFileDataset(files, cache)
+    holder = Pairs(torch.utils.data.TensorDataset(torch.zeros(1)))
+    for reader in (lambda i: ds[i], ds.__getitem__, functools.partial(ds.__getitem__)):
+        holder.read = reader  # type: ignore[attr-defined]
+        (found,) = find_caches(holder)
+        assert found.cache is cache and found.files == files
+
+
 def test_a_bare_cache_is_found_without_files(cache) -> None:
     (found,) = find_caches(Pairs(Slotted(cache)))  # type: ignore[arg-type]
     assert found.cache is cache and found.files == [] and found.where == "source.inner"

@@ -78,23 +78,27 @@ def test_the_wrap_finds_the_examples_cache_and_a_resize_to_less_memory_shrinks_i
         it.lease.close()
 
 
-class ClosureBytes(Dataset):
-    """Reads through a cache only its loader function knows: nothing leads the walk to it."""
+#: Caches by name, at module level: a dataset that looks its cache up here holds only a name.
+REGISTRY: dict[str, MinioCache] = {}
 
-    def __init__(self, paths: list[Path], cache: MinioCache) -> None:
-        self.paths = paths
-        self.read = lambda p: cache.get(str(p), load=p.read_bytes)
+
+class RegistryBytes(Dataset):
+    """Reads through a cache it finds by name in a module global: nothing leads the walk to it."""
+
+    def __init__(self, paths: list[Path], name: str) -> None:
+        self.paths, self.name = paths, name
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, i: int) -> bytes:
-        return self.read(self.paths[i])
+        return REGISTRY[self.name].get(str(self.paths[i]), load=self.paths[i].read_bytes)
 
 
 def test_a_cache_the_walk_cannot_reach_is_given_explicitly(job_env: JobEnv, cache: MinioCache,
                                                            images: list[Path]) -> None:
-    loader = DataLoader(ClosureBytes(images, cache), batch_size=8, collate_fn=list)
+    REGISTRY["train"] = cache
+    loader = DataLoader(RegistryBytes(images, "train"), batch_size=8, collate_fn=list)
     it = wrapped(loader, job_env)
     try:
         assert it.lease is not None and it.lease.cache is None
@@ -107,3 +111,4 @@ def test_a_cache_the_walk_cannot_reach_is_given_explicitly(job_env: JobEnv, cach
         assert cache.stats().capacity_bytes == 500_000
     finally:
         it.lease.close()
+        REGISTRY.clear()
