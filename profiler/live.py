@@ -16,7 +16,8 @@ driver walks through the points the search chooses (`OptimisticSearch`, or `Coda
 
 Then `result()` is ready: the measured points, which the caller completes into a profile
 (`build_profile`: the storage bandwidth of the files read through the job's MinIO cache, found
-by `synergy.cache.find_caches`, or memory treated as insensitive, and `complete_profile`'s MinIO fill) and reports.
+by `synergy.cache.find_caches`, or memory treated as insensitive, and `complete_profile`'s
+MinIO fill) and reports.
 
 Pure apart from `build_profile` and `process_rss_gb` (which read files): the clock is passed
 to `on_batch`, so tests drive it without time.
