@@ -6,7 +6,9 @@ and reads `step`.
 Under a profiling lease also: this thread writes `profiling` (the lease's terms) and
 `in_force` (the allocation the agent applied, a tuple replaced whole); the training thread
 writes `want_cpus` (the next point) and hands a finished measurement over as `profile_job`
-(a callable this thread runs, off the training path, and reports with `ReportProfile`).
+(a callable that completes the profile, run on a thread of its own: it reads the dataset's
+files from the disk for up to `STORAGE_BUDGET_S`, longer than a profiling lease may go without
+a renewal; this thread reports its result with `ReportProfile` once it is ready).
 With a MinIO cache (`cache`), renewals carry its statistics and a changed memory allocation
 resizes it to what the new allocation affords (`MinioCache.capacity_for`).
 Single attribute reads and writes are atomic in CPython, so the per-batch path takes no lock
@@ -76,6 +78,11 @@ class LeaseKeeper:
         #: Training thread: a callable returning the profile document to report (run here once).
         self.profile_job: Any = None
         self.profile_source = ""
+        #: (model, doc) of the newest completed profile not reported yet: written by the
+        #: completion threads (under `_profile_lock`), taken by this one.
+        self._profile_ready: Any = None
+        self._profile_seq = self._profile_newest = 0
+        self._profile_lock = threading.Lock()
         #: The job's MinIO cache (synergy.cache.MinioCache) when its dataset reads through one.
         self.cache: Any = None
         self._cache_mem_gb = float(env.alloc_mem_gb or 0.0)
@@ -156,6 +163,8 @@ class LeaseKeeper:
         # Under a profiling lease renew often: each point waits for a reply showing its RESIZE.
         while not self._closed.wait(self._wait_s()):
             if self.profile_job is not None:
+                self._complete_profile_in_background()
+            if self._profile_ready is not None:
                 self._report_profile()
             now, step = time.monotonic(), self.step
             steps_per_s = (step - last_step) / max(now - last_t, 1e-6)
@@ -200,16 +209,32 @@ class LeaseKeeper:
                                             p.sub_core)
             log.info("profiling lease: %s search, up to %d CPUs", p.search, p.max_cpus)
 
+    def _complete_profile_in_background(self) -> None:
+        """Start the finished measurement's completion (storage read, MinIO fill) on its own
+        thread: renewals go on meanwhile, so the daemon never takes the job for lost."""
+        job, self.profile_job = self.profile_job, None
+        self._profile_seq += 1
+        seq = self._profile_seq
+
+        def complete() -> None:
+            try:
+                result = job()
+            except Exception as exc:  # a profile that cannot be completed must not kill training
+                log.warning("profiling: could not complete the profile: %s", exc)
+                return
+            with self._profile_lock:
+                if seq > self._profile_newest:  # an older measurement never replaces a newer one
+                    self._profile_newest, self._profile_ready = seq, result
+
+        threading.Thread(target=complete, daemon=True, name="synergy-profile").start()
+
     def _report_profile(self) -> None:
-        """Run the finished measurement's completion (storage read, MinIO fill) and report it."""
+        """Report the newest completed profile (`_complete_profile_in_background`)."""
         from synergy.scheduler.jobspec.proto import profile_to_msg
 
-        job, self.profile_job = self.profile_job, None
-        try:
-            model, doc = job()
-        except Exception as exc:  # a profile that cannot be completed must not kill training
-            log.warning("profiling: could not complete the profile: %s", exc)
-            return
+        with self._profile_lock:
+            ready, self._profile_ready = self._profile_ready, None
+        model, doc = ready
         r = self.call("ReportProfile", job_pb2.ReportProfileRequest(
             job_id=self.env.job_id, profile=profile_to_msg(model, doc)), give_up_after_s=self.report_patience_s)
         if r is not None:
