@@ -473,6 +473,7 @@ class Supervisor:
         if note:
             task.message = f"{task.message}\n{note}" if task.message else note
         self._remove_cgroup(task)
+        self._remove_cache_segments(task)
         kind = ("lost" if task.lost else "oom" if oom else "stopped" if task.stop_reason else "ok" if code == 0
                 else "restart" if code == EXIT_RESTART else "failed")
         self.counts.exits[kind] += 1
@@ -488,6 +489,20 @@ class Supervisor:
             adopted=task.adopted,
             runtime_s=round(time.time() - task.started_at, 3),
         )
+
+    def _remove_cache_segments(self, task: Task) -> None:
+        """Unlink the /dev/shm MinIO cache segments whose owner process is gone: a job killed by
+        a signal (a cancel's SIGTERM, the grace's SIGKILL, OOM) never ran its own clean-up, and
+        its segment would hold its memory until some job on the node created the next cache."""
+        from synergy.cache.minio import remove_stale_segments
+
+        try:
+            removed = remove_stale_segments()
+        except OSError as exc:
+            event(self.log, "cache.remove_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
+            return
+        if removed:
+            event(self.log, "cache.segments_removed", task=str(task.key), paths=removed)
 
     def _remove_cgroup(self, task: Task) -> None:
         try:

@@ -104,6 +104,10 @@ class MinioCache:
         self._mm: mmap.mmap | None = None
         self._mapped = 0
         self._closed = False
+        #: How `capacity_for` turns a memory allocation into bytes: `for_job` records its own
+        #: arguments here, so a RESIZE sizes the cache the way its creation did.
+        self.fraction = DEFAULT_FRACTION
+        self.process_mem_gb = 0.0
         self._reset_process_state()
         with self._locked(exclusive=False):
             pass  # maps the segment and validates its header
@@ -176,7 +180,14 @@ class MinioCache:
 
         job = env if env is not None else JobEnv.from_env()
         capacity = capacity_from_allocation(job.alloc_mem_gb, fraction, process_mem_gb)
-        return cls.create(capacity, job_id=job.job_id, attempt=job.attempt, **kwargs)  # type: ignore[arg-type]
+        cache = cls.create(capacity, job_id=job.job_id, attempt=job.attempt, **kwargs)  # type: ignore[arg-type]
+        cache.fraction, cache.process_mem_gb = fraction, process_mem_gb
+        return cache
+
+    def capacity_for(self, alloc_mem_gb: float) -> int:
+        """The capacity a memory allocation of `alloc_mem_gb` affords this cache (the sizing
+        it was created with: `for_job`'s fraction and process memory, else the defaults)."""
+        return capacity_from_allocation(alloc_mem_gb, self.fraction, self.process_mem_gb)
 
     @classmethod
     def attach(cls, path: str) -> MinioCache:

@@ -6,9 +6,11 @@ and reads `step`.
 Under a profiling lease also: this thread writes `profiling` (the lease's terms) and
 `in_force` (the allocation the agent applied, a tuple replaced whole); the training thread
 writes `want_cpus` (the next point) and hands a finished measurement over as `profile_job`
-(a callable this thread runs, off the training path, and reports with `ReportProfile`).
+(a callable that completes the profile, run on a thread of its own: it reads the dataset's
+files from the disk for up to `STORAGE_BUDGET_S`, longer than a profiling lease may go without
+a renewal; this thread reports its result with `ReportProfile` once it is ready).
 With a MinIO cache (`cache`), renewals carry its statistics and a changed memory allocation
-resizes it to `capacity_from_allocation`.
+resizes it to what the new allocation affords (`MinioCache.capacity_for`).
 Single attribute reads and writes are atomic in CPython, so the per-batch path takes no lock
 and does no I/O. While the daemon is unreachable the thread retries with jittered back-off and
 training goes on under the current lease (the daemon, not the job, decides when it is lost).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -34,6 +37,11 @@ from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc
 log = logging.getLogger("synergy.iterator")
 
 _RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def say(msg: str) -> None:
+    """One line on the job's stderr (the agent's log tail carries it into describe)."""
+    print(f"synergy.iterator: {msg}", file=sys.stderr, flush=True)
 
 
 class LeaseKeeper:
@@ -70,6 +78,11 @@ class LeaseKeeper:
         #: Training thread: a callable returning the profile document to report (run here once).
         self.profile_job: Any = None
         self.profile_source = ""
+        #: (model, doc) of the newest completed profile not reported yet: written by the
+        #: completion threads (under `_profile_lock`), taken by this one.
+        self._profile_ready: Any = None
+        self._profile_seq = self._profile_newest = 0
+        self._profile_lock = threading.Lock()
         #: The job's MinIO cache (synergy.cache.MinioCache) when its dataset reads through one.
         self.cache: Any = None
         self._cache_mem_gb = float(env.alloc_mem_gb or 0.0)
@@ -150,6 +163,8 @@ class LeaseKeeper:
         # Under a profiling lease renew often: each point waits for a reply showing its RESIZE.
         while not self._closed.wait(self._wait_s()):
             if self.profile_job is not None:
+                self._complete_profile_in_background()
+            if self._profile_ready is not None:
                 self._report_profile()
             now, step = time.monotonic(), self.step
             steps_per_s = (step - last_step) / max(now - last_t, 1e-6)
@@ -196,21 +211,37 @@ class LeaseKeeper:
             log.info("profiling lease: %s", "measure in force" if p.in_force_only
                      else f"{p.search} search, up to {p.max_cpus} CPUs")
 
+    def _complete_profile_in_background(self) -> None:
+        """Start the finished measurement's completion (storage read, MinIO fill) on its own
+        thread: renewals go on meanwhile, so the daemon never takes the job for lost."""
+        job, self.profile_job = self.profile_job, None
+        self._profile_seq += 1
+        seq = self._profile_seq
+
+        def complete() -> None:
+            try:
+                result = job()
+            except Exception as exc:  # a profile that cannot be completed must not kill training
+                log.warning("profiling: could not complete the profile: %s", exc)
+                return
+            with self._profile_lock:
+                if seq > self._profile_newest:  # an older measurement never replaces a newer one
+                    self._profile_newest, self._profile_ready = seq, result
+
+        threading.Thread(target=complete, daemon=True, name="synergy-profile").start()
+
     def _report_profile(self) -> None:
-        """Run the finished measurement's completion (storage read, MinIO fill) and report it."""
+        """Report the newest completed profile (`_complete_profile_in_background`)."""
         from synergy.scheduler.jobspec.proto import profile_to_msg
 
-        job, self.profile_job = self.profile_job, None
-        try:
-            model, doc = job()
-        except Exception as exc:  # a profile that cannot be completed must not kill training
-            log.warning("profiling: could not complete the profile: %s", exc)
-            return
+        with self._profile_lock:
+            ready, self._profile_ready = self._profile_ready, None
+        model, doc = ready
         r = self.call("ReportProfile", job_pb2.ReportProfileRequest(
             job_id=self.env.job_id, profile=profile_to_msg(model, doc)), give_up_after_s=self.report_patience_s)
         if r is not None:
             self.profile_source = r.profile_source
-            log.info("profile reported: %s", r.profile_source)
+            say(f"profile reported ({doc.get('source', '')})")
 
     def _cache_stats(self) -> common_pb2.CacheStats | None:
         if self.cache is None:
@@ -226,12 +257,12 @@ class LeaseKeeper:
         """A changed memory allocation resizes the cache to what the new one affords."""
         if self.cache is None or abs(mem_gb - self._cache_mem_gb) < 1e-9:
             return
-        from synergy.cache import capacity_from_allocation
-
-        self._cache_mem_gb = mem_gb
+        old_gb, self._cache_mem_gb = self._cache_mem_gb, mem_gb
         try:
-            dropped = self.cache.resize(capacity_from_allocation(mem_gb))
-            log.info("cache resized for %g GB (%d items dropped)", mem_gb, dropped)
+            capacity = self.cache.capacity_for(mem_gb)
+            dropped = self.cache.resize(capacity)
+            say(f"cache resized for {mem_gb:g} GB of memory (was {old_gb:g} GB): capacity {capacity} bytes, "
+                f"{dropped} items dropped")
         except (OSError, ValueError) as exc:
             log.warning("cache resize for %g GB failed: %s", mem_gb, exc)
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from synergy.cache import MinioCache, find_caches
 from synergy.common import contract
 from synergy.common.contract import JobEnv
 from synergy.iterator import checkpoint
@@ -39,6 +40,7 @@ from synergy.iterator.checkpoint import CheckpointError
 from synergy.iterator.dali import KEY as DALI_KEY
 from synergy.iterator.dali import DaliState
 from synergy.iterator.lease import LeaseKeeper
+from synergy.iterator.lease import say as _say
 from synergy.iterator.outcome import exception_line, exit_failure
 from synergy.iterator.position import ElasticSampler, IndexCursor, Position, rng_states, set_rng_states
 from synergy.profiler import live as live_profiler
@@ -50,10 +52,6 @@ EXIT_TERMINATED = 143
 EXIT_FAILED = 1
 
 
-def _say(msg: str) -> None:
-    print(f"synergy.iterator: {msg}", file=sys.stderr, flush=True)
-
-
 _END = object()
 
 
@@ -61,9 +59,12 @@ class SynergyIterator:
     """Wraps a DataLoader (any sampler) or a DALI-style iterator; see the module docstring."""
 
     def __init__(self, loader: Any, state: Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None, keep_checkpoints: int = 2) -> None:
+                 environ: Mapping[str, str] | None = None, keep_checkpoints: int = 2,
+                 cache: MinioCache | None = None) -> None:
         """`keep_checkpoints`: how many complete checkpoints to keep in the checkpoint dir
-        (older step dirs are deleted once a newer one is complete and reported; at least 1)."""
+        (older step dirs are deleted once a newer one is complete and reported; at least 1).
+        `cache`: the job's MinIO cache, when the loader's objects do not lead to it (a module
+        global holds it; see `synergy.cache.find_caches`); by default it is found below `loader`."""
         if keep_checkpoints < 1:
             raise ValueError(f"keep_checkpoints must be at least 1, got {keep_checkpoints}")
         self.loader = loader
@@ -108,7 +109,11 @@ class SynergyIterator:
         self._batches_base = 0
         self._failed = False
         self.lease = LeaseKeeper(env, self.batch_size)
-        self.lease.cache = getattr(getattr(loader, "dataset", None), "cache", None)
+        #: The job's cache and the files read through it (docs/iterator.md "The MinIO cache"):
+        #: renewals report its statistics, a RESIZE resizes it, the profile's memory axis
+        #: models it over these files.
+        self.cache_files: list[str] = []
+        self.lease.cache = self._find_cache(loader, cache)
         #: The profiling driver (None: no profiling lease, or not known yet); `_profiling`
         #: stays True until the lease's registration said which.
         self.profiler: live_profiler.LiveProfiler | None = None
@@ -162,6 +167,23 @@ class SynergyIterator:
         cursor = IndexCursor(inner)
         object.__setattr__(loader, name, cursor)  # DataLoader forbids it via __setattr__ only
         return cursor
+
+    def _find_cache(self, loader: Any, given: MinioCache | None) -> MinioCache | None:
+        """The cache below `loader` (or `given`), said in the log either way."""
+        found = find_caches(loader)
+        if given is not None:
+            self.cache_files = next((f.files for f in found if f.cache.path == given.path), [])
+            _say(f"MinIO cache {given.path} (given)" + ("" if self.cache_files else
+                 ": no CachedFileDataset reads through it, so the profile treats memory as insensitive"))
+            return given
+        if not found:
+            return None
+        first = found[0]
+        self.cache_files = first.files
+        _say(f"MinIO cache {first.cache.path} found at loader.{first.where}"
+             + (f"; {len(found) - 1} more ignored ({', '.join(f.where for f in found[1:])}): "
+                "pass SynergyIterator(..., cache=) to choose" if len(found) > 1 else ""))
+        return first.cache
 
     @staticmethod
     def _sampler(loader: Any) -> Any:
@@ -351,7 +373,7 @@ class SynergyIterator:
         Above the top point, if the job still climbs there, one optimistic row
         (profiler/refine.py), which the refiner corrects once a round gives it that much."""
         assert self.env is not None
-        files = live_profiler.dataset_files(getattr(self.loader, "dataset", None))
+        files = [Path(f) for f in self.cache_files] or None
         rss = live_profiler.process_rss_gb()
         points, guess = optimistic_points(measured)
         model = self.env.job_name or f"job-{self.env.job_id}"

@@ -133,9 +133,10 @@ def _memory_columns(
     for r in rates:  # each row's corner: storage exactly keeps up with that row
         if r > 0:
             misses.add(miss_for_storage_rate(r, sample_kb, storage_mb_s))
+    low, high = round(process_gb, MEM_DIGITS), round(full_gb, MEM_DIGITS)
     mems = {round(mem_for_miss(m), MEM_DIGITS) for m in misses if 0.0 <= m <= 1.0}
-    mems = {m for m in mems if process_gb < m < full_gb}
-    return [round(process_gb, MEM_DIGITS), *sorted(mems), round(full_gb, MEM_DIGITS)]
+    # Compared once rounded: a column within 1 kB above the process memory rounds onto it.
+    return [low, *sorted(m for m in mems if low < m < high), high]
 
 
 def _check_inputs(points, gpus, dataset_bytes, sample_bytes, storage_bytes_per_s,

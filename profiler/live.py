@@ -15,8 +15,9 @@ driver walks through the points the search chooses (`OptimisticSearch`, or `Coda
    and fill their queues), record the point, and go back to 1 until the search is done.
 
 Then `result()` is ready: the measured points, which the caller completes into a profile
-(`build_profile`: the storage bandwidth of a `CachedFileDataset`'s files, or memory treated as
-insensitive, and `complete_profile`'s MinIO fill) and reports.
+(`build_profile`: the storage bandwidth of the files read through the job's MinIO cache, found
+by `synergy.cache.find_caches`, or memory treated as insensitive, and `complete_profile`'s
+MinIO fill) and reports.
 
 Pure apart from `build_profile` and `process_rss_gb` (which read files): the clock is passed
 to `on_batch`, so tests drive it without time.
@@ -136,13 +137,6 @@ class LiveProfiler:
     def result(self) -> list[tuple[float, float]]:
         """The measured (CPUs, samples/s) points."""
         return list(self.search.points)
-
-
-def dataset_files(dataset: Any) -> list[Path] | None:
-    """The files of a `CachedFileDataset` (None: the dataset does not read through a cache)."""
-    from synergy.cache import CachedFileDataset
-
-    return [Path(p) for p in dataset.paths] if isinstance(dataset, CachedFileDataset) else None
 
 
 def process_rss_gb(pid: int | None = None) -> float:

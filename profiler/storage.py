@@ -2,8 +2,9 @@
 
 `measure_read_bandwidth(files, budget_s)` reads the job's own files the way a cache miss reads
 them, never through MinIO, after asking the kernel to drop the files' pages from the page cache
-(`posix_fadvise(POSIX_FADV_DONTNEED)` per file: unprivileged, and it evicts only these files'
-clean pages; /proc/sys/vm/drop_caches would need root and flush everyone's). Where that is not
+(`posix_fadvise(POSIX_FADV_DONTNEED)` per file, after `fdatasync` so that a file written
+moments ago has clean pages to drop: unprivileged, and it evicts only these files' pages;
+/proc/sys/vm/drop_caches would need root and flush everyone's). Where that is not
 possible (no posix_fadvise on the platform, or the call fails) the result says so: the figure
 may then be a page-cache read, an overestimate of the disk.
 
@@ -13,6 +14,7 @@ without time passing.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -49,6 +51,10 @@ def drop_page_cache(path: Path) -> str:
     except OSError as exc:
         return f"cannot open {path}: {exc.strerror}"
     try:
+        # DONTNEED drops clean pages only: a file written moments ago (a job that generates
+        # or downloads its data at start) is still dirty and would be "read" from memory.
+        with contextlib.suppress(OSError):  # a file system without fdatasync: drop what is clean
+            os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     except OSError as exc:
         return f"posix_fadvise failed on {path}: {exc.strerror}"

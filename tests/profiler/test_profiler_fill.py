@@ -96,3 +96,15 @@ GOOD = dict(gpus=1, dataset_bytes=10**9, sample_bytes=1e5, storage_bytes_per_s=1
 def test_bad_input_is_a_clear_error(points, over, message):
     with pytest.raises(ValueError, match=message):
         complete_profile(points, **{**GOOD, **over})
+
+
+@pytest.mark.parametrize("process_mem_gb", [0.5857751, 0.4133445626700781, 0.25])
+def test_a_dataset_of_kilobytes_keeps_its_columns_distinct(process_mem_gb):
+    """Issue 14: the image example's live profile (172 kB of JPEGs read at 3.3 MB/s) failed
+    with "mem_gb_per_gpu must be strictly increasing" for about half of all process memories:
+    a column less than 1 kB above the process memory rounded onto it."""
+    entry = complete_profile([(1, 2823.7), (2, 945.5)], gpus=1, dataset_bytes=172031, sample_bytes=1344,
+                             storage_bytes_per_s=3.306e6, process_mem_gb=process_mem_gb, max_mem_gb=2.0,
+                             model="img", task="image")
+    mems = entry["mem_gb_per_gpu"]
+    assert mems == sorted(set(mems)) and mems[0] == round(process_mem_gb, 6) and mems[-1] == 2.0
