@@ -44,7 +44,7 @@ class Servicer:
         self.ctx = ctx
 
 
-def _failure(self: Servicer, name: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+def failure(self: Servicer, name: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
     """The status code and one-line message a failed call is answered with (logged if unexpected)."""
     if isinstance(exc, errors.DaemonError):
         return CODES.get(type(exc), grpc.StatusCode.UNKNOWN), str(exc)
@@ -76,7 +76,7 @@ def _wrap(method: F, on_loop: bool) -> F:
                     lock.release()
             return await asyncio.get_running_loop().run_in_executor(None, method, self, request, context)
         except Exception as exc:  # noqa: BLE001 (a bad request must never take the daemon down)
-            code, message = _failure(self, method.__name__, exc)
+            code, message = failure(self, method.__name__, exc)
         self.ctx.metrics.rpc_errors.labels(method.__name__, code.name).inc()
         await context.abort(code, message)
 
@@ -93,7 +93,7 @@ def stream_rpc(method: F) -> F:
                 yield item
             return
         except Exception as exc:  # noqa: BLE001 (as in rpc)
-            code, message = _failure(self, method.__name__, exc)
+            code, message = failure(self, method.__name__, exc)
         self.ctx.metrics.rpc_errors.labels(method.__name__, code.name).inc()
         await context.abort(code, message)
 
