@@ -11,13 +11,15 @@ included. So the wrapper never waits for the lock on the loop: when the lock is 
 takes it and runs the handler right there (no thread hand-off, the common case), and when
 it is taken the handler goes to the loop's default executor, which `server.LoopThread`
 makes a single thread, and waits there. `@rpc(on_loop=True)` runs a handler on the loop
-without the lock: `RenewLease`, a thousand calls a second and lock-free in the common case.
+without the lock: `RenewLease`, a thousand calls a second and lock-free in the common case
+(a coroutine there, which sends the rare renewal that needs the lock to the executor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import sqlite3
 from typing import Any, AsyncIterator, Callable, TypeVar
@@ -66,8 +68,9 @@ def _wrap(method: F, on_loop: bool) -> F:
     @functools.wraps(method)
     async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            if on_loop:
-                return method(self, request, context)
+            if on_loop:  # a plain method, or a coroutine (which hands its waits off itself)
+                result = method(self, request, context)
+                return await result if inspect.isawaitable(result) else result
             lock = self.ctx.lock
             if lock.acquire(blocking=False):
                 try:

@@ -12,7 +12,7 @@ from synergy.scheduler.daemon import validation
 from synergy.scheduler.daemon.auth import caller_job
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import InvalidArgument
-from synergy.scheduler.daemon.leases import LeaseAction, LeaseBook
+from synergy.scheduler.daemon.leases import LeaseAction, LeaseBook, LockBusy
 from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.daemon.servicers import convert
 from synergy.scheduler.daemon.servicers.base import Servicer, failure, rpc
@@ -90,10 +90,10 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         return job_pb2.ReportProfileResponse(profile_source=self.leases.report_profile(caller, request.job_id, doc))
 
     @rpc(on_loop=True)  # hot and lock-free in the common case: no thread hand-off
-    def RenewLease(
+    async def RenewLease(
         self, request: job_pb2.RenewLeaseRequest, context: grpc.ServicerContext
     ) -> job_pb2.RenewLeaseResponse:
-        return self._renew(self._caller(context), request)
+        return await self._renewed(self._caller(context), request)
 
     async def RenewLeaseStream(
         self, requests: AsyncIterator[job_pb2.RenewLeaseRequest], context: grpc.aio.ServicerContext
@@ -108,7 +108,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         try:
             async for request in requests:
                 try:
-                    yield job_pb2.RenewLeaseStreamResponse(reply=self._renew(caller, request))
+                    yield job_pb2.RenewLeaseStreamResponse(reply=await self._renewed(caller, request))
                 except Exception as exc:  # noqa: BLE001 (as @rpc: a bad message never ends the daemon)
                     code, message = failure(self, "RenewLeaseStream", exc)
                     self.ctx.metrics.rpc_errors.labels("RenewLeaseStream", code.name).inc()
@@ -129,7 +129,16 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         for task in list(self._streams):
             task.cancel()
 
-    def _renew(self, caller: int, request: job_pb2.RenewLeaseRequest) -> job_pb2.RenewLeaseResponse:
+    async def _renewed(self, caller: int, request: job_pb2.RenewLeaseRequest) -> job_pb2.RenewLeaseResponse:
+        """The renewal on the loop; when its answer needs the state lock (agreeing a stop step)
+        and a round or periodic event holds it, the wait goes to the loop's executor thread,
+        as @rpc's handlers do: the loop, and every other renewal, never waits for the lock."""
+        try:
+            return self._renew(caller, request, wait=False)
+        except LockBusy:
+            return await asyncio.get_running_loop().run_in_executor(None, self._renew, caller, request, True)
+
+    def _renew(self, caller: int, request: job_pb2.RenewLeaseRequest, wait: bool) -> job_pb2.RenewLeaseResponse:
         r = self.leases.renew(
             caller,
             request.job_id,
@@ -140,6 +149,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             request.steps_per_s,
             _point(request),
             validation.cache_stats(request.cache, "cache") if request.HasField("cache") else None,
+            wait=wait,
         )
         reply = job_pb2.RenewLeaseResponse(
             action=_ACTIONS[r.action],
