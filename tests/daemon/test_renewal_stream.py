@@ -4,6 +4,7 @@ keeper that survives a daemon restart."""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from typing import Iterator
@@ -175,14 +176,17 @@ def test_undecodable_bytes_end_the_stream_with_invalid_argument(daemon, tasks) -
     assert daemon.alive
 
 
-def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_restart(start_daemon, tmp_path) -> None:
+@pytest.mark.parametrize("stop", ["sigterm", "kill -9"])
+def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_restart(start_daemon, tmp_path,
+                                                                                   stop: str, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="synergy.iterator")
     port, state = str(free_port()), tmp_path / "state"
     d1 = start_daemon("--port", port, state_dir=state, round_s=1)
     admin = d1.admin()
     node, (task,) = launch(d1, admin, "keeper-node", ["kept"])
     admin.close()
-    stop = threading.Event()
-    beating = threading.Thread(target=node.keep_beating, args=(stop,), daemon=True)
+    beats_end = threading.Event()
+    beating = threading.Thread(target=node.keep_beating, args=(beats_end,), daemon=True)
     beating.start()
     r = task.ref
     keeper = LeaseKeeper(JobEnv(job_id=r.job_id, attempt=r.attempt, rank=r.rank, world_size=1,
@@ -191,9 +195,13 @@ def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_resta
     try:
         wait_for(lambda: keeper.renewals >= 3, what="renewals on the stream")
         assert keeper.streamed and keeper.streams_opened == 1  # every renewal on the one stream
-        # Graceful: the daemon ends the open stream (else its grace period waits for it, the
-        # node's heartbeats stop meanwhile and the job is requeued).
-        assert d1.terminate() == 0
+        if stop == "sigterm":
+            # Graceful: the daemon ends the open stream at once (else its grace period waits for
+            # it, and the node's heartbeats are refused meanwhile).
+            assert d1.terminate() == 0
+            wait_for(lambda: "synergyd is stopping" in caplog.text, what="the stream ended by the daemon")
+        else:
+            d1.kill()
         before = keeper.renewals
         d2 = start_daemon("--port", port, state_dir=state, round_s=1)
         wait_for(lambda: keeper.renewals >= before + 3 and keeper.streams_opened >= 2, timeout=30,
@@ -202,5 +210,5 @@ def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_resta
         assert d2.alive
     finally:
         keeper.close()
-        stop.set()
+        beats_end.set()
         beating.join()
