@@ -1,7 +1,7 @@
 """A gRPC channel to synergyd and the back-off between reconnects: what the agent and a
 training job's lease keeper share; and `MessageStream`, one long-lived call carrying many
 request/response pairs (a job's lease renewals: a message on an open stream costs the daemon
-about a third of a unary call's CPU).
+about a third of a unary call's gRPC CPU).
 
 Loads only grpc: a training process uses it and must not load the agent's supervisor,
 telemetry or psutil (tests/regressions/test_import_boundaries.py).

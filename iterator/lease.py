@@ -13,7 +13,7 @@ Single attribute reads and writes are atomic in CPython, so the per-batch path t
 and does no I/O. While the daemon is unreachable the thread retries with jittered back-off and
 training goes on under the current lease (the daemon, not the job, decides when it is lost).
 Renewals go as messages on one RenewLeaseStream the thread keeps open (a third of a unary
-call's CPU for the daemon); when the stream breaks (daemon restart) that renewal goes by
+call's gRPC CPU for the daemon); when the stream breaks (daemon restart) that renewal goes by
 RenewLease, retried as every call is, and the next renewal opens a new stream. A daemon
 without the stream (UNIMPLEMENTED) gets RenewLease calls from then on. The stream is closed
 before every fork and reopened after it.

@@ -111,7 +111,7 @@ class JobServiceServicer:
 
     def RenewLeaseStream(self, request_iterator, context):
         """RenewLease on one long-lived stream, what the iterator uses (a message on an open stream
-        costs the daemon about a third of a unary call's CPU). Same auth (the job token, checked
+        costs the daemon about a third of a unary call's gRPC CPU). Same auth (the job token, checked
         when the stream opens; each message must name that token's job), same validation. Every
         request is answered, in order, by one response: the RenewLease reply, or the status code
         and message RenewLease would have failed with; an error on one message does not end the
