@@ -4,9 +4,11 @@ Starts `synergyd` on 127.0.0.1 (port 0, a temporary state dir, real SQLite), reg
 simulated agents (fake GPUs, sized so that every job fits), submits N single-GPU jobs, lets
 the daemon schedule them, and runs every launched task as a simulated job process that
 registers and renews its lease at the interval the daemon asks for, exactly like the
-iterator. Once all N jobs run, it measures every RenewLease and Heartbeat for --duration
-seconds and prints throughput and latency per RPC kind (client-side wall time: the figures
-include gRPC, the network stack and the load generator, as a job would see them).
+iterator: each renewal a message on the job's own RenewLeaseStream, RenewLease when that
+stream broke (`--renewals unary`: RenewLease calls only, as older iterators; the before/after
+figure of issue 17). Once all N jobs run, it measures every renewal and Heartbeat for
+--duration seconds and prints throughput and latency per kind (client-side wall time: the
+figures include gRPC, the network stack and the load generator, as a job would see them).
 
 The load generator is one asyncio process beside the daemon; both share this machine's
 cores, so the figures are an upper bound on what the daemon alone costs. Bounded in count
@@ -58,11 +60,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psutil
 import uvloop
 
+from synergy.common.channel import StreamBroken, StreamRefused, stream_answer
 from synergy.scheduler.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, CLUSTER_TOKEN_FILE
 from synergy.scheduler.profiles.zoo import default_profiles
 from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
@@ -120,6 +124,7 @@ class Settings:
     burst_clients: int = 8
     load: bool = True
     py_spy: str = ""
+    renewals: str = "stream"
 
 
 @dataclass
@@ -169,8 +174,37 @@ class SimJob:
     spec: node_pb2.TaskSpec
     stub: job_pb2_grpc.JobServiceStub
     stats: Stats
+    streamed: bool = True
     exit_code: int | None = None
     registered: bool = False
+    stream: Any = None
+
+    async def renew(self, request: job_pb2.RenewLeaseRequest, token: str):
+        """As the iterator's LeaseKeeper.renew: a message on the job's RenewLeaseStream (opened
+        on first use), answered in order; RenewLease when the stream is off or broke (the next
+        renewal opens a new one). Returns the reply or the RpcError."""
+        if not self.streamed:
+            return await timed(self.stats, "RenewLease", self.stub.RenewLease, request, token)
+        t0 = time.perf_counter()
+        try:
+            if self.stream is None:
+                self.stream = self.stub.RenewLeaseStream(metadata=md(token))
+            await self.stream.write(request)
+            answer = await asyncio.wait_for(self.stream.read(), RPC_TIMEOUT_S)
+            if answer is grpc.aio.EOF:
+                raise StreamBroken("the daemon ended the stream")
+            reply = stream_answer(answer)
+        except StreamRefused as exc:  # this message refused; the stream goes on
+            self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False)
+            return exc
+        except (grpc.RpcError, StreamBroken, asyncio.TimeoutError):
+            self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False)
+            self.stream, broken = None, self.stream
+            if broken is not None:
+                broken.cancel()
+            return await timed(self.stats, "RenewLease", self.stub.RenewLease, request, token)
+        self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=True)
+        return reply
 
     async def run(self, node_id: str) -> None:
         ref, token = self.spec.ref, self.spec.job_token
@@ -190,19 +224,21 @@ class SimJob:
         next_at = time.monotonic()
         while True:
             step += max(1, int(interval * steps_per_s))
-            r = await timed(self.stats, "RenewLease", self.stub.RenewLease, job_pb2.RenewLeaseRequest(
+            r = await self.renew(job_pb2.RenewLeaseRequest(
                 job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank, step=step,
                 samples_per_s=steps_per_s * 32, steps_per_s=steps_per_s), token)
             if not isinstance(r, grpc.RpcError):
                 if r.action == job_pb2.LEASE_ACTION_STOP:
                     self.exit_code = 75  # checkpointed at the agreed step: "restart me later"
-                    return
+                    break
                 if r.action == job_pb2.LEASE_ACTION_TERMINATE:
                     self.exit_code = 143
-                    return
+                    break
                 interval = r.renew_interval_s or interval
             next_at = max(next_at + interval, time.monotonic())  # no catch-up bursts
             await asyncio.sleep(next_at - time.monotonic())
+        if self.stream is not None:
+            await self.stream.done_writing()
 
 
 @dataclass
@@ -213,6 +249,7 @@ class SimAgent:
     job_stubs: list[job_pb2_grpc.JobServiceStub]
     token: str
     stats: Stats
+    streamed: bool = True
     jobs: dict[tuple[int, int, int], SimJob] = field(default_factory=dict)
     placements: dict[tuple[int, int, int], common_pb2.Placement] = field(default_factory=dict)
     tasks: set[asyncio.Task] = field(default_factory=set)
@@ -239,7 +276,7 @@ class SimAgent:
             key = (ins.ref.job_id, ins.ref.attempt, ins.ref.rank)
             if ins.kind == node_pb2.INSTRUCTION_KIND_LAUNCH and key not in self.jobs:
                 stub = self.job_stubs[ins.ref.job_id % len(self.job_stubs)]
-                job = SimJob(ins.task, stub, self.stats)
+                job = SimJob(ins.task, stub, self.stats, self.streamed)
                 self.jobs[key], self.placements[key] = job, ins.task.placement
                 task = asyncio.create_task(job.run(self.node_id))
                 self.tasks.add(task)
@@ -324,8 +361,8 @@ async def drive(s: Settings, state_dir: Path, daemon: psutil.Process) -> tuple[S
     admin_channel = grpc.aio.insecure_channel(address)
     job_stubs = [job_pb2_grpc.JobServiceStub(c) for c in job_channels]
     per_node = math.ceil(s.jobs / s.agents)
-    agents = [SimAgent(f"node-{i:04d}", per_node, agent_channels[i], job_stubs, cluster_token, stats)
-              for i in range(s.agents)]
+    agents = [SimAgent(f"node-{i:04d}", per_node, agent_channels[i], job_stubs, cluster_token, stats,
+                       s.renewals == "stream") for i in range(s.agents)]
     runners = [asyncio.create_task(a.run()) for a in agents]
     try:
         t0 = time.monotonic()
@@ -403,8 +440,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
     renew = min(30.0, max(0.1, s.round_s / 10))
     beat = min(10.0, max(0.1, s.round_s / 10))
-    print(f"synergyd under load: {s.jobs} jobs renewing every {renew:g} s, {s.agents} agents heartbeating "
-          f"every {beat:g} s (round {s.round_s:g} s, {s.policy}/{s.mechanism}), {os.cpu_count()} CPUs")
+    how = "on a RenewLeaseStream each" if s.renewals == "stream" else "with RenewLease calls"
+    print(f"synergyd under load: {s.jobs} jobs renewing every {renew:g} s ({how}), {s.agents} agents "
+          f"heartbeating every {beat:g} s (round {s.round_s:g} s, {s.policy}/{s.mechanism}), {os.cpu_count()} CPUs")
     sub = sorted(stats.setup.get("SubmitJob", []))
     print(f"setup: {s.jobs} jobs submitted in {t['submit_s']:.1f} s (SubmitJob p50 {percentile(sub, .5):.1f} ms, "
           f"p99 {percentile(sub, .99):.1f} ms); all running after {t['all_running_s']:.1f} s")
@@ -413,18 +451,18 @@ def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
           f"load generator CPU {t['generator_cpu_pct']:.0f}%; jobs still running at the end: "
           f"{int(t['running_at_end'])}")
     print()
-    print(f"{'RPC':<14}{'calls':>8}{'RPC/s':>9}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
+    print(f"{'RPC':<18}{'calls':>8}{'RPC/s':>9}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
     everything: list[float] = []
     kinds = sorted(set(stats.latencies) | set(stats.errors))
     for kind in kinds:
         values = sorted(stats.latencies.get(kind, []))
         everything += values
-        print(f"{kind:<14}{len(values):>8}{len(values) / window:>9.0f}{percentile(values, .5):>9.2f}"
+        print(f"{kind:<18}{len(values):>8}{len(values) / window:>9.0f}{percentile(values, .5):>9.2f}"
               f"{percentile(values, .9):>9.2f}{percentile(values, .99):>9.2f}"
               f"{(values[-1] if values else float('nan')):>9.2f}{stats.errors.get(kind, 0):>8}")
     everything.sort()
     errors = sum(stats.errors.values())
-    print(f"{'all':<14}{len(everything):>8}{len(everything) / window:>9.0f}{percentile(everything, .5):>9.2f}"
+    print(f"{'all':<18}{len(everything):>8}{len(everything) / window:>9.0f}{percentile(everything, .5):>9.2f}"
           f"{percentile(everything, .9):>9.2f}{percentile(everything, .99):>9.2f}"
           f"{(everything[-1] if everything else float('nan')):>9.2f}{errors:>8}")
     p99 = percentile(everything, .99)
@@ -432,8 +470,9 @@ def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
     print(f"\ntarget p99 <= {TARGET_P99_MS:g} ms: {verdict} (p99 {p99:.2f} ms)")
     per_rpc = cpu_ms_per_rpc(stats, t)
     verdict = "met" if per_rpc <= TARGET_CPU_MS_PER_RPC else "NOT met"
-    print(f"target daemon CPU <= {TARGET_CPU_MS_PER_RPC:g} ms per RPC: {verdict} ({per_rpc:.3f} ms: "
-          f"{t['daemon_cpu_s']:.2f} CPU s of synergyd and its worker for {len(everything) + errors} RPCs; "
+    print(f"target daemon CPU <= {TARGET_CPU_MS_PER_RPC:g} ms per renewal or heartbeat: {verdict} ({per_rpc:.3f} ms: "
+          f"{t['daemon_cpu_s']:.2f} CPU s of synergyd and its worker for {len(everything) + errors} renewals "
+          f"and heartbeats; "
           f"the worker's share {t['worker_cpu_s']:.2f} s)")
     print(f"synergyd memory at the end of the window: RSS {t['daemon_rss_mb']:.0f} MiB (with its worker)")
     if stats.samples:
@@ -691,6 +730,9 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     ap.add_argument("--burst", type=int, default=2000, help="submits in the burst figure (0: skip it)")
     ap.add_argument("--burst-clients", type=int, default=8, help="concurrent submitting clients (default 8)")
     ap.add_argument("--burst-only", action="store_true", help="only the submit-burst figure")
+    ap.add_argument("--renewals", choices=("stream", "unary"), default="stream",
+                    help="how the simulated jobs renew: on a RenewLeaseStream each (the iterator's "
+                         "default), or with RenewLease calls (older iterators; for before/after figures)")
     ap.add_argument("--py-spy", default="", metavar="SVG",
                     help="record where synergyd's CPU goes during the window with py-spy (pip install "
                          "py-spy into this venv): a flame graph for .svg, else collapsed stacks")
@@ -709,7 +751,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         ap.error("--burst-only needs --burst > 0")
     return Settings(a.jobs, a.agents, a.round_s, a.duration, a.setup_timeout, a.job_channels,
                     a.policy, a.mechanism, a.seed, a.timeline, a.decider, a.attribute, a.compare,
-                    a.burst, a.burst_clients, not a.burst_only, a.py_spy)
+                    a.burst, a.burst_clients, not a.burst_only, a.py_spy, a.renewals)
 
 
 def main(argv: list[str] | None = None) -> int:

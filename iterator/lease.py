@@ -14,6 +14,11 @@ resizes it to what the new allocation affords (`MinioCache.capacity_for`).
 Single attribute reads and writes are atomic in CPython, so the per-batch path takes no lock
 and does no I/O. While the daemon is unreachable the thread retries with jittered back-off and
 training goes on under the current lease (the daemon, not the job, decides when it is lost).
+Renewals go as messages on one RenewLeaseStream the thread keeps open (a third of a unary
+call's gRPC CPU for the daemon); when the stream breaks (daemon restart) that renewal goes by
+RenewLease, retried as every call is, and the next renewal opens a new stream. A daemon
+without the stream (UNIMPLEMENTED) gets RenewLease calls from then on. The stream is closed
+before every fork and reopened after it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from typing import Any
 
 import grpc
 
-from synergy.common.channel import RPC_TIMEOUT_S, Backoff, open_channel
+from synergy.common.channel import (RPC_TIMEOUT_S, Backoff, MessageStream, StreamBroken, open_channel,
+                                    stream_answer)
 from synergy.common.contract import JobEnv
 from synergy.profiler.live import ProfilingTerms
 from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc
@@ -47,12 +53,16 @@ def say(msg: str) -> None:
 class LeaseKeeper:
     """Owns the JobService channel and the renewal thread of one job process."""
 
-    def __init__(self, env: JobEnv, samples_per_step: int) -> None:
+    def __init__(self, env: JobEnv, samples_per_step: int, streamed: bool = True) -> None:
         self.env = env
         self.samples_per_step = samples_per_step
         self.channel = open_channel(env.daemon_address, env.tls_ca)
         self.stub = job_pb2_grpc.JobServiceStub(self.channel)
         self.md = [("authorization", f"Bearer {env.job_token}")]
+        #: Renew on a RenewLeaseStream (False: RenewLease calls only, e.g. an older daemon).
+        self.streamed = streamed
+        self._stream: MessageStream | None = None
+        self.streams_opened = 0
         #: Job-wide completed steps; written by the training thread only.
         self.step = env.resume_step
         #: 0 = keep going; otherwise the last step to run before checkpointing (this thread writes).
@@ -105,7 +115,13 @@ class LeaseKeeper:
         self._closed.set()
         if self._thread.is_alive():
             self._thread.join(timeout=RPC_TIMEOUT_S + 1)
+        self._end_stream()
         self.channel.close()
+
+    def _end_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
 
     def before_fork(self) -> None:
         """Wait for an RPC in flight (bounded by its deadline) and start no new one until the
@@ -113,6 +129,7 @@ class LeaseKeeper:
         with self._rpc:
             self._forking = True
             self._rpc.wait_for(lambda: not self._in_rpc, timeout=RPC_TIMEOUT_S + 1)
+            self._end_stream()  # an open stream is a call in flight
 
     def after_fork_in_parent(self) -> None:
         with self._rpc:
@@ -126,23 +143,50 @@ class LeaseKeeper:
         deadline = time.monotonic() + give_up_after_s
         while not self._closed.is_set():
             try:
-                return self._unary(name, request)
+                return self._guarded(getattr(self.stub, name), request, metadata=self.md, timeout=RPC_TIMEOUT_S)
             except grpc.RpcError as exc:
                 if exc.code() not in _RETRY:
-                    log.warning("%s refused: %s %s", name, exc.code().name, exc.details())
+                    _refused(name, exc)
                     return None
                 if time.monotonic() >= deadline:
                     return None
                 self._closed.wait(backoff.next())
         return None
 
-    def _unary(self, name: str, request: Any) -> Any:
-        """The call itself, never in flight across a fork (`before_fork`)."""
+    def renew(self, request: job_pb2.RenewLeaseRequest) -> Any:
+        """One renewal: a message on the stream, or RenewLease when the stream is off or broke."""
+        if self.streamed and not self._closed.is_set():
+            try:
+                return self._guarded(self._exchange, request)
+            except StreamBroken as exc:
+                if exc.code == grpc.StatusCode.UNIMPLEMENTED:
+                    self.streamed = False
+                    log.info("the daemon has no RenewLeaseStream: renewing with RenewLease calls")
+                else:
+                    log.info("renewal stream broken (%s): renewing with RenewLease, a new stream next time", exc)
+            except grpc.RpcError as exc:  # this message refused (StreamRefused); the stream goes on
+                if exc.code() not in _RETRY:
+                    _refused("RenewLease", exc)
+                    return None
+        return self.call("RenewLease", request)
+
+    def _exchange(self, request: job_pb2.RenewLeaseRequest) -> Any:
+        if self._stream is None:
+            self._stream = MessageStream(self.stub.RenewLeaseStream, self.md)
+            self.streams_opened += 1
+        try:
+            return stream_answer(self._stream.exchange(request))
+        except StreamBroken:
+            self._stream = None  # closed by exchange
+            raise
+
+    def _guarded(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)`, an RPC never in flight across a fork (`before_fork`)."""
         with self._rpc:
             self._rpc.wait_for(lambda: not self._forking)
             self._in_rpc = True
         try:
-            return getattr(self.stub, name)(request, metadata=self.md, timeout=RPC_TIMEOUT_S)
+            return fn(*args, **kwargs)
         finally:
             with self._rpc:
                 self._in_rpc = False
@@ -176,7 +220,7 @@ class LeaseKeeper:
             stats = self._cache_stats()
             if stats is not None:
                 req.cache.CopyFrom(stats)
-            r = self.call("RenewLease", req)
+            r = self.renew(req)
             if r is None:
                 continue
             self.renewals += 1
@@ -280,6 +324,10 @@ class LeaseKeeper:
         self.call("ReportCompletion", job_pb2.ReportCompletionRequest(
             job_id=e.job_id, attempt=e.attempt, outcome=outcome, step=step, message=message[:500]),
             give_up_after_s=self.report_patience_s if patience_s is None else patience_s)
+
+
+def _refused(name: str, exc: grpc.RpcError) -> None:
+    log.warning("%s refused: %s %s", name, exc.code().name, exc.details())
 
 
 def _point(cpus: float) -> dict[str, float]:

@@ -119,6 +119,7 @@ class App:
         self.backend_events: EventLoop | None = None
         self.store: StateStore | None = None
         self.unix_front: UnixFront | None = None
+        self.job_service: JobServicer | None = None
         self.address = ""
         #: Set to stop the daemon (signals, or a damaged database); main waits on it.
         self.stopping = threading.Event()
@@ -159,12 +160,13 @@ class App:
         # --backend slurm: checked (SlurmRefused) before synergyd listens.
         bridge = SlurmBridge.for_config(ctx, self.nodes) if cfg.backend == "slurm" else None
         self.loop = LoopThread()
+        self.job_service = JobServicer(ctx, self.leases)
         self.servers = servers = self.loop.run(
             build(
                 cfg,
                 [auth, strict_decoding],
                 AdminServicer(ctx, self.jobs, self.nodes, self.rounds, self.started_at, self.users),
-                JobServicer(ctx, self.leases),
+                self.job_service,
                 NodeServicer(ctx, self.nodes),
                 self.state_dir.previous_ports(),
                 local_port=socket_path is not None,
@@ -258,6 +260,8 @@ class App:
             self.loop.run(self.unix_front.stop())
         if self.servers is not None:
             self.loop.run(self.servers.set_serving(False))
+            if self.job_service is not None:  # open renewal streams would hold the grace period
+                self.loop.loop.call_soon_threadsafe(self.job_service.end_streams)
             self.loop.run(self.servers.server.stop(grace_s), timeout=grace_s + 10)
         if self.backend_events is not None:
             self.backend_events.stop()

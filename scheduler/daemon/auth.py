@@ -279,9 +279,26 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, check: Check, done: Done 
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+    if handler.stream_stream is not None:
+        both = handler.stream_stream
+
+        async def checked_both(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            ctx = await check(context)  # once, when the stream opens
+            try:
+                async for item in both(requests, ctx):
+                    yield item
+            finally:
+                if done is not None:
+                    done(ctx, _outcome(context))
+
+        return grpc.stream_stream_rpc_method_handler(
+            checked_both,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
     inner = handler.unary_unary
     if inner is None:
-        raise TypeError(f"{method}: only unary-unary and unary-stream methods are guarded")
+        raise TypeError(f"{method}: only unary-unary, unary-stream and stream-stream methods are guarded")
 
     async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
         ctx = await check(context)

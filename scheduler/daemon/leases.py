@@ -45,6 +45,10 @@ class Renewal:
     checkpoint_at_step: int = 0
 
 
+class LockBusy(Exception):
+    """A renewal that needs the state lock found it taken (`LeaseBook.renew(wait=False)`)."""
+
+
 class LeaseBook:
     def __init__(self, ctx: DaemonContext, jobs: JobBook) -> None:
         self.ctx = ctx
@@ -103,10 +107,13 @@ class LeaseBook:
         steps_per_s: float,
         profile_cpus: float = 0,
         cache: Mapping[str, int] | None = None,
+        wait: bool = True,
     ) -> Renewal:
         """`profile_cpus`: the next point of a profiling lease (0 = none): whole CPUs, or one of
         `SUB_CORE_POINTS` on a `sub_core` lease; `cache`: the job's MinIO cache counters
-        (CacheStats in common.proto), kept live for describe."""
+        (CacheStats in common.proto), kept live for describe. `wait=False`: raise LockBusy
+        rather than wait when the answer needs the state lock and another thread holds it (the
+        gRPC loop must not block: the caller retries off the loop with `wait=True`)."""
         for name, v in (("samples_per_s", samples_per_s), ("steps_per_s", steps_per_s)):
             if not math.isfinite(v) or v < 0:
                 raise InvalidArgument(name, f"must be a finite number >= 0, got {v}")
@@ -117,9 +124,13 @@ class LeaseBook:
         args = (attempt, rank, step, samples_per_s, steps_per_s, profile_cpus)
         out = self._renew(self._own(caller, job_id), *args, locked=False)
         if out is None:  # the stop step (or a profiling point) must be committed first
-            with ctx.lock:
+            if not ctx.lock.acquire(blocking=wait):
+                raise LockBusy()
+            try:
                 job = self._own(caller, job_id)
                 out = self._renew(job, *args, locked=True)
+            finally:
+                ctx.lock.release()
         assert out is not None
         if cache is not None and out.action != LeaseAction.TERMINATE:
             ctx.live.cache[job_id] = dict(cache)

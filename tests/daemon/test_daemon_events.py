@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+
+import pytest
 
 from synergy.scheduler.daemon.app import Logic
 from synergy.scheduler.daemon.clock import ManualClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.events import ProgressFlushEvent
+from synergy.scheduler.daemon.leases import LeaseAction, LockBusy
 from synergy.scheduler.daemon.profiles import ProfileBook
 from synergy.scheduler.daemon.records import JobSpec, JobState, NodeRecord
 from synergy.scheduler.daemon.store import MemoryStore
@@ -54,3 +58,31 @@ def test_flush_all_flushes_every_job_at_once() -> None:
     logic = running_logic(12)
     ProgressFlushEvent(logic).flush_all()
     assert stored_steps(logic) == {jid: 100 + jid for jid in stored_steps(logic)}
+
+
+def test_a_renewal_that_needs_the_taken_lock_says_so_rather_than_wait() -> None:
+    """The gRPC loop renews with wait=False: agreeing a stop step needs the state lock, and a
+    loop blocked on it while a periodic event holds it stalled every call (issue 17)."""
+    logic = running_logic(1)
+    (jid,) = [j.id for j in logic.ctx.store.active_jobs()]
+    job = logic.jobs.get(jid)
+    logic.ctx.save_jobs([(job, logic.jobs.request_stop(job, "test"))])
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with logic.ctx.lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    try:
+        with pytest.raises(LockBusy):
+            logic.leases.renew(jid, jid, 1, 0, step=200, samples_per_s=10, steps_per_s=1, wait=False)
+        assert not logic.jobs.get(jid).stop_at_step  # nothing agreed without the lock
+    finally:
+        release.set()
+        t.join()
+    r = logic.leases.renew(jid, jid, 1, 0, step=200, samples_per_s=10, steps_per_s=1, wait=False)
+    assert r.action == LeaseAction.STOP and r.stop_at_step == logic.jobs.get(jid).stop_at_step >= 200

@@ -1,6 +1,7 @@
 """Run as a script by test_fork_during_rpc.py: a LeaseKeeper renews against a JobService whose
 RenewLease is slow (an RPC is nearly always in flight) while the main thread forks children the
-way DataLoader workers start. Prints "forks ok N" when every child ran and exited; a child
+way DataLoader workers start. With `unary` the keeper renews with RenewLease calls; otherwise on
+its RenewLeaseStream (a call always open, closed before each fork). Prints "forks ok N" when every child ran and exited; a child
 that hangs in gRPC's fork handler makes the parent wait on it past the test's deadline."""
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class SlowJobService(job_pb2_grpc.JobServiceServicer):
         time.sleep(0.05)
         return job_pb2.RenewLeaseResponse(renew_interval_s=0.001)
 
+    def RenewLeaseStream(self, requests, context):  # noqa: N802
+        for request in requests:
+            yield job_pb2.RenewLeaseStreamResponse(reply=self.RenewLease(request, context))
+
 
 def child() -> None:
     os._exit(0)
@@ -43,19 +48,19 @@ def serve() -> int:
     return 0
 
 
-def main(forks: int) -> int:
+def main(forks: int, streamed: bool) -> int:
     server = subprocess.Popen([sys.executable, __file__, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
     try:
-        return _forks(int(server.stdout.readline()), forks)  # type: ignore[union-attr]
+        return _forks(int(server.stdout.readline()), forks, streamed)  # type: ignore[union-attr]
     finally:
         server.stdin.close()  # type: ignore[union-attr]
         server.wait(timeout=30)
 
 
-def _forks(port: int, forks: int) -> int:
+def _forks(port: int, forks: int, streamed: bool) -> int:
     env = JobEnv(job_id=1, attempt=1, rank=0, world_size=1, daemon_address=f"127.0.0.1:{port}", job_token="t" * 16)
-    keeper = LeaseKeeper(env, samples_per_step=1)
+    keeper = LeaseKeeper(env, samples_per_step=1, streamed=streamed)
     keeper.start()
     time.sleep(0.3)
     ctx = multiprocessing.get_context("fork")
@@ -68,10 +73,11 @@ def _forks(port: int, forks: int) -> int:
             p.kill()
             return 1
         time.sleep(0.013)
+    renewals, streams = keeper.renewals, keeper.streams_opened
     keeper.close()
-    print(f"forks ok {forks}", flush=True)
+    print(f"forks ok {forks}; {renewals} renewals on {streams} streams", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(serve() if sys.argv[1] == "serve" else main(int(sys.argv[1])))
+    sys.exit(serve() if sys.argv[1] == "serve" else main(int(sys.argv[1]), sys.argv[2:] != ["unary"]))

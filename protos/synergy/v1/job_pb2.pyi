@@ -160,6 +160,16 @@ class RenewLeaseResponse(_message.Message):
     checkpoint_at_step: int
     def __init__(self, action: _Optional[_Union[LeaseAction, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., stop_at_step: _Optional[int] = ..., reason: _Optional[str] = ..., renew_interval_s: _Optional[float] = ..., in_force: _Optional[_Union[Allocation, _Mapping]] = ..., profiling: _Optional[_Union[ProfilingLease, _Mapping]] = ..., checkpoint_at_step: _Optional[int] = ...) -> None: ...
 
+class RenewLeaseStreamResponse(_message.Message):
+    __slots__ = ("reply", "code", "message")
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    reply: RenewLeaseResponse
+    code: int
+    message: str
+    def __init__(self, reply: _Optional[_Union[RenewLeaseResponse, _Mapping]] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class ReportCheckpointRequest(_message.Message):
     __slots__ = ("job_id", "attempt", "step", "path", "error")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -11,13 +11,15 @@ included. So the wrapper never waits for the lock on the loop: when the lock is 
 takes it and runs the handler right there (no thread hand-off, the common case), and when
 it is taken the handler goes to the loop's default executor, which `server.LoopThread`
 makes a single thread, and waits there. `@rpc(on_loop=True)` runs a handler on the loop
-without the lock: `RenewLease`, a thousand calls a second and lock-free in the common case.
+without the lock: `RenewLease`, a thousand calls a second and lock-free in the common case
+(a coroutine there, which sends the rare renewal that needs the lock to the executor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import sqlite3
 from typing import Any, AsyncIterator, Callable, TypeVar
@@ -44,7 +46,7 @@ class Servicer:
         self.ctx = ctx
 
 
-def _failure(self: Servicer, name: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+def failure(self: Servicer, name: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
     """The status code and one-line message a failed call is answered with (logged if unexpected)."""
     if isinstance(exc, errors.DaemonError):
         return CODES.get(type(exc), grpc.StatusCode.UNKNOWN), str(exc)
@@ -66,8 +68,9 @@ def _wrap(method: F, on_loop: bool) -> F:
     @functools.wraps(method)
     async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            if on_loop:
-                return method(self, request, context)
+            if on_loop:  # a plain method, or a coroutine (which hands its waits off itself)
+                result = method(self, request, context)
+                return await result if inspect.isawaitable(result) else result
             lock = self.ctx.lock
             if lock.acquire(blocking=False):
                 try:
@@ -76,7 +79,7 @@ def _wrap(method: F, on_loop: bool) -> F:
                     lock.release()
             return await asyncio.get_running_loop().run_in_executor(None, method, self, request, context)
         except Exception as exc:  # noqa: BLE001 (a bad request must never take the daemon down)
-            code, message = _failure(self, method.__name__, exc)
+            code, message = failure(self, method.__name__, exc)
         self.ctx.metrics.rpc_errors.labels(method.__name__, code.name).inc()
         await context.abort(code, message)
 
@@ -93,7 +96,7 @@ def stream_rpc(method: F) -> F:
                 yield item
             return
         except Exception as exc:  # noqa: BLE001 (as in rpc)
-            code, message = _failure(self, method.__name__, exc)
+            code, message = failure(self, method.__name__, exc)
         self.ctx.metrics.rpc_errors.labels(method.__name__, code.name).inc()
         await context.abort(code, message)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+from typing import AsyncIterator
 
 import grpc
 
@@ -10,10 +12,10 @@ from synergy.scheduler.daemon import validation
 from synergy.scheduler.daemon.auth import caller_job
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import InvalidArgument
-from synergy.scheduler.daemon.leases import LeaseAction, LeaseBook
+from synergy.scheduler.daemon.leases import LeaseAction, LeaseBook, LockBusy
 from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.daemon.servicers import convert
-from synergy.scheduler.daemon.servicers.base import Servicer, rpc
+from synergy.scheduler.daemon.servicers.base import Servicer, failure, rpc
 from synergy.v1 import job_pb2, job_pb2_grpc
 
 _ACTIONS = {
@@ -27,6 +29,9 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
     def __init__(self, ctx: DaemonContext, leases: LeaseBook) -> None:
         super().__init__(ctx)
         self.leases = leases
+        #: The handler tasks of the open RenewLeaseStreams (loop thread only).
+        self._streams: set[asyncio.Task[None]] = set()
+        self._ending = False
 
     def _caller(self, context: grpc.ServicerContext) -> int:
         return caller_job(context, self.ctx.job_tokens)
@@ -90,11 +95,57 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         return job_pb2.ReportProfileResponse(profile_source=self.leases.report_profile(caller, request.job_id, doc))
 
     @rpc(on_loop=True)  # hot and lock-free in the common case: no thread hand-off
-    def RenewLease(
+    async def RenewLease(
         self, request: job_pb2.RenewLeaseRequest, context: grpc.ServicerContext
     ) -> job_pb2.RenewLeaseResponse:
+        return await self._renewed(self._caller(context), request)
+
+    async def RenewLeaseStream(
+        self, requests: AsyncIterator[job_pb2.RenewLeaseRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[job_pb2.RenewLeaseStreamResponse]:
+        """RenewLease, one answer per message on a stream the job keeps open (on the loop, as
+        RenewLease). The token is read once; a message that fails is answered with its code
+        and the stream goes on. `end_streams` ends every open stream when the daemon stops."""
+        caller = self._caller(context)
+        task = asyncio.current_task()
+        assert task is not None
+        self._streams.add(task)
+        try:
+            async for request in requests:
+                try:
+                    yield job_pb2.RenewLeaseStreamResponse(reply=await self._renewed(caller, request))
+                except Exception as exc:  # noqa: BLE001 (as @rpc: a bad message never ends the daemon)
+                    code, message = failure(self, "RenewLeaseStream", exc)
+                    self.ctx.metrics.rpc_errors.labels("RenewLeaseStream", code.name).inc()
+                    yield job_pb2.RenewLeaseStreamResponse(code=code.value[0], message=message)
+        except asyncio.CancelledError:
+            if not self._ending:
+                raise  # the job cancelled its call
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "synergyd is stopping; renew again once it is back")
+        finally:
+            self._streams.discard(task)
+
+    def end_streams(self) -> None:
+        """End every open RenewLeaseStream with UNAVAILABLE (on the loop, before the server
+        stops): a stream never ends by itself, so the server's grace period would otherwise
+        wait for all of them. Their jobs renew with RenewLease and open a new stream once the
+        daemon is back."""
+        self._ending = True
+        for task in list(self._streams):
+            task.cancel()
+
+    async def _renewed(self, caller: int, request: job_pb2.RenewLeaseRequest) -> job_pb2.RenewLeaseResponse:
+        """The renewal on the loop; when its answer needs the state lock (agreeing a stop step)
+        and a round or periodic event holds it, the wait goes to the loop's executor thread,
+        as @rpc's handlers do: the loop, and every other renewal, never waits for the lock."""
+        try:
+            return self._renew(caller, request, wait=False)
+        except LockBusy:
+            return await asyncio.get_running_loop().run_in_executor(None, self._renew, caller, request, True)
+
+    def _renew(self, caller: int, request: job_pb2.RenewLeaseRequest, wait: bool) -> job_pb2.RenewLeaseResponse:
         r = self.leases.renew(
-            self._caller(context),
+            caller,
             request.job_id,
             request.attempt,
             request.rank,
@@ -103,6 +154,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             request.steps_per_s,
             _point(request),
             validation.cache_stats(request.cache, "cache") if request.HasField("cache") else None,
+            wait=wait,
         )
         reply = job_pb2.RenewLeaseResponse(
             action=_ACTIONS[r.action],

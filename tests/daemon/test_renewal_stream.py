@@ -1,0 +1,214 @@
+"""RenewLeaseStream against a live synergyd: renewals as messages on one open stream (issue 17,
+a cheaper daemon per RPC), with RenewLease's auth, validation and codes, and a job's lease
+keeper that survives a daemon restart."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import Iterator
+
+import grpc
+import pytest
+
+from synergyd_harness import Admin, DaemonProcess, channel, free_port, md, wait_for
+from synergy.common.channel import MessageStream, StreamBroken, StreamRefused, stream_answer
+from synergy.common.contract import JobEnv
+from synergy.iterator.lease import LeaseKeeper
+from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+
+STREAM = "/synergy.v1.JobService/RenewLeaseStream"
+
+
+class Node:
+    """A node heartbeating by hand: its tasks run from the launch on (no processes)."""
+
+    def __init__(self, address: str, cluster_token: str, node_id: str, gpus: int) -> None:
+        self.ch = channel(address)
+        self.stub = node_pb2_grpc.NodeServiceStub(self.ch)
+        self.md, self.node_id, self.gpus = md(cluster_token), node_id, gpus
+        self.launched: dict[int, node_pb2.TaskSpec] = {}
+        self.register()
+
+    def register(self) -> None:
+        self.stub.RegisterNode(node_pb2.RegisterNodeRequest(
+            node_id=self.node_id, capacity=common_pb2.Resources(gpus=self.gpus, cpus=8, mem_gb=64),
+            tasks=self.statuses(), instance_id="test-node"), metadata=self.md, timeout=5)
+
+    def statuses(self) -> list[node_pb2.TaskStatus]:
+        return [node_pb2.TaskStatus(ref=t.ref, state=node_pb2.TASK_STATE_RUNNING, placement=t.placement)
+                for t in self.launched.values()]
+
+    def heartbeat(self) -> None:
+        r = self.stub.Heartbeat(node_pb2.HeartbeatRequest(node_id=self.node_id, tasks=self.statuses(),
+                                                          instance_id="test-node"), metadata=self.md, timeout=5)
+        for ins in r.instructions:
+            if ins.kind == node_pb2.INSTRUCTION_KIND_LAUNCH:
+                self.launched[ins.ref.job_id] = ins.task
+
+    def keep_beating(self, stop: threading.Event) -> None:
+        """Heartbeat every 0.2 s until `stop`, through daemon restarts (re-registering)."""
+        while not stop.wait(0.2):
+            try:
+                self.heartbeat()
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    self.register()
+
+
+def launch(daemon: DaemonProcess, admin: Admin, node_id: str, names: list[str]) -> tuple[Node, list[node_pb2.TaskSpec]]:
+    """Submit `names` (1 GPU each) and heartbeat as `node_id` until each is launched there."""
+    node = Node(daemon.address, daemon.cluster_token, node_id, len(names))
+    ids = [admin.submit(name, gpus=1).id for name in names]
+
+    def all_launched() -> bool:
+        node.heartbeat()
+        return set(ids) <= set(node.launched)
+
+    wait_for(all_launched, what=f"{names} to be launched")
+    node.heartbeat()  # report them running
+    return node, [node.launched[i] for i in ids]
+
+
+def renewal(task: node_pb2.TaskSpec, step: int, **fields: float) -> job_pb2.RenewLeaseRequest:
+    r = task.ref
+    return job_pb2.RenewLeaseRequest(job_id=r.job_id, attempt=r.attempt, rank=r.rank, step=step, **fields)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(tmp_path_factory.mktemp("stream") / "state", round_s=5)
+    d.start()
+    yield d
+    d.kill()
+
+
+@pytest.fixture(scope="module")
+def admin(daemon: DaemonProcess) -> Iterator[Admin]:
+    a = daemon.admin()
+    yield a
+    a.close()
+
+
+@pytest.fixture(scope="module")
+def tasks(daemon: DaemonProcess, admin: Admin) -> list[node_pb2.TaskSpec]:
+    return launch(daemon, admin, "stream-node", ["streamed-a", "streamed-b"])[1]
+
+
+@pytest.fixture
+def stub(daemon: DaemonProcess) -> Iterator[job_pb2_grpc.JobServiceStub]:
+    ch = channel(daemon.address)
+    yield job_pb2_grpc.JobServiceStub(ch)
+    ch.close()
+
+
+def test_renewals_on_one_stream_renew_the_lease_in_order(stub, admin: Admin, tasks) -> None:
+    mine = tasks[0]
+    stream = MessageStream(stub.RenewLeaseStream, md(mine.job_token))
+    try:
+        replies = [stream_answer(stream.exchange(renewal(mine, step))) for step in (5, 6, 7)]
+    finally:
+        stream.close()
+    assert [r.action for r in replies] == [job_pb2.LEASE_ACTION_CONTINUE] * 3
+    assert all(r.lease.job_id == mine.ref.job_id and r.renew_interval_s > 0 for r in replies)
+    expiries = [r.lease.expires_at_unix_s for r in replies]
+    assert expiries == sorted(expiries) and expiries[0] > 0
+    wait_for(lambda: admin.describe(mine.ref.job_id).steps_done == 7, what="the streamed step to reach describe")
+
+
+def test_another_jobs_id_is_refused_as_by_renew_lease_and_the_stream_goes_on(stub, tasks) -> None:
+    mine, other = tasks
+    with pytest.raises(grpc.RpcError) as unary:
+        stub.RenewLease(renewal(other, 1), metadata=md(mine.job_token), timeout=5)
+    stream = MessageStream(stub.RenewLeaseStream, md(mine.job_token))
+    try:
+        with pytest.raises(StreamRefused) as streamed:
+            stream_answer(stream.exchange(renewal(other, 1)))
+        assert stream_answer(stream.exchange(renewal(mine, 8))).action == job_pb2.LEASE_ACTION_CONTINUE
+    finally:
+        stream.close()
+    assert streamed.value.code() == unary.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert streamed.value.details() == unary.value.details()
+
+
+@pytest.mark.parametrize("token", ["", "not-a-token-" + "x" * 20])
+def test_a_stream_without_a_valid_job_token_ends_as_renew_lease_is_refused(stub, tasks, token: str) -> None:
+    metadata = md(token) if token else []
+    with pytest.raises(grpc.RpcError) as unary:
+        stub.RenewLease(renewal(tasks[0], 1), metadata=metadata, timeout=5)
+    stream = MessageStream(stub.RenewLeaseStream, metadata)
+    with pytest.raises(StreamBroken) as broken:
+        stream.exchange(renewal(tasks[0], 1))
+    assert broken.value.code == unary.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_an_invalid_message_is_answered_invalid_argument_naming_the_field(stub, daemon, tasks) -> None:
+    mine = tasks[0]
+    stream = MessageStream(stub.RenewLeaseStream, md(mine.job_token))
+    try:
+        for bad, field in (({"steps_per_s": math.nan}, "steps_per_s"), ({"samples_per_s": -1.0}, "samples_per_s"),
+                           ({"profile_sub_cpus": math.inf}, "profile_sub_cpus")):
+            with pytest.raises(StreamRefused) as refused:
+                stream_answer(stream.exchange(renewal(mine, 9, **bad)))
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in refused.value.details()
+        assert stream_answer(stream.exchange(renewal(mine, 10))).action == job_pb2.LEASE_ACTION_CONTINUE
+    finally:
+        stream.close()
+    assert daemon.alive
+
+
+def test_undecodable_bytes_end_the_stream_with_invalid_argument(daemon, tasks) -> None:
+    ch = channel(daemon.address)
+    raw = ch.stream_stream(STREAM)  # bytes in, bytes out
+    stream = MessageStream(raw, md(tasks[0].job_token))
+    try:
+        with pytest.raises(StreamBroken) as broken:
+            stream.exchange(b"\xff\xff\xff\xff")
+        assert broken.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "RenewLeaseRequest" in str(broken.value)
+        # The daemon lives on: a new stream renews.
+        stream = MessageStream(job_pb2_grpc.JobServiceStub(ch).RenewLeaseStream, md(tasks[0].job_token))
+        assert stream_answer(stream.exchange(renewal(tasks[0], 11))).action == job_pb2.LEASE_ACTION_CONTINUE
+    finally:
+        stream.close()
+        ch.close()
+    assert daemon.alive
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "kill -9"])
+def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_restart(start_daemon, tmp_path,
+                                                                                   stop: str, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="synergy.iterator")
+    port, state = str(free_port()), tmp_path / "state"
+    d1 = start_daemon("--port", port, state_dir=state, round_s=1)
+    admin = d1.admin()
+    node, (task,) = launch(d1, admin, "keeper-node", ["kept"])
+    admin.close()
+    beats_end = threading.Event()
+    beating = threading.Thread(target=node.keep_beating, args=(beats_end,), daemon=True)
+    beating.start()
+    r = task.ref
+    keeper = LeaseKeeper(JobEnv(job_id=r.job_id, attempt=r.attempt, rank=r.rank, world_size=1,
+                                daemon_address=d1.address, job_token=task.job_token), samples_per_step=1)
+    keeper.start()
+    try:
+        wait_for(lambda: keeper.renewals >= 3, what="renewals on the stream")
+        assert keeper.streamed and keeper.streams_opened == 1  # every renewal on the one stream
+        if stop == "sigterm":
+            # Graceful: the daemon ends the open stream at once (else its grace period waits for
+            # it, and the node's heartbeats are refused meanwhile).
+            assert d1.terminate() == 0
+            wait_for(lambda: "synergyd is stopping" in caplog.text, what="the stream ended by the daemon")
+        else:
+            d1.kill()
+        before = keeper.renewals
+        d2 = start_daemon("--port", port, state_dir=state, round_s=1)
+        wait_for(lambda: keeper.renewals >= before + 3 and keeper.streams_opened >= 2, timeout=30,
+                 what="renewals on a new stream after the restart")
+        assert keeper.streamed and not keeper.stop_at and not keeper.terminate
+        assert d2.alive
+    finally:
+        keeper.close()
+        beats_end.set()
+        beating.join()
