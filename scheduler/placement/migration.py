@@ -185,10 +185,13 @@ class _Room:
         self.typed = any(s.gpu_type for s in cluster.servers)
         hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
         load = {sid: (0.0, 0.0, 0.0) for sid in self.caps}
-        self.singles: dict[str, set[int]] = defaultdict(set)
         #: Jobs a pin may put back or relocate: not part of a packed pair (a pair's GPUs are
         #: shared), placed on the cluster's servers, and moving (new, or off its old GPUs).
         self.free: set[int] = set()
+        #: Server -> the single-piece jobs of `free` on it: the ones a pin may relocate.
+        self.movable: dict[str, set[int]] = defaultdict(set)
+        #: Single-piece job -> its piece's (GPUs, CPUs, GB), which never change in the room.
+        self.shape: dict[int, tuple[int, float, float]] = {}
         for jid, a in plan.items():
             packed = a.packed_with is not None
             placed = bool(a.placements)  # and only on the cluster's servers
@@ -199,14 +202,17 @@ class _Room:
                     load[sid] = (g + (0.0 if packed else p.gpus), c + p.cpus, m + p.mem_gb)
                 else:
                     placed = False
-            if len(a.placements) == 1:
-                self.singles[a.placements[0].server_id].add(jid)
             if placed and not packed and jid not in hosts and (jid in moving or jid not in previous):
                 self.free.add(jid)
+                if len(a.placements) == 1:
+                    p = a.placements[0]
+                    self.movable[p.server_id].add(jid)
+                    self.shape[jid] = (p.gpus, p.cpus, p.mem_gb)
         self.load = load
+        self.cap_g = {sid: cap.gpus for sid, cap in self.caps.items()}
         #: Servers with a GPU free: the only places a relocated piece can go (a full plan
         #: has few, and scanning every server per relocation cost most of the round).
-        self.gpu_free = {sid for sid, cap in self.caps.items() if cap.gpus - load[sid][0] > EPS}
+        self.gpu_free = {sid for sid, g in self.cap_g.items() if g - load[sid][0] > EPS}
         #: Where the jobs the room moved sit now.
         self.at: dict[int, tuple[_Piece, ...]] = {}
 
@@ -224,17 +230,13 @@ class _Room:
             out[jid] = out[jid].with_placements(tuple(Placement(*t) for t in pieces))
         return out
 
-    def _pieces(self, jid: int) -> tuple[_Piece, ...]:
-        pieces = self.at.get(jid)
-        if pieces is None:
-            pieces = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in self.start[jid].placements)
-        return pieces
-
     def try_pin(self, jid: int, back: tuple[_Piece, ...]) -> bool:
         """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
         its servers as needed; all or nothing."""
-        free, base, limit, start, at = self.free, self.load, self.limit, self.start, self.at
-        now = self._pieces(jid)
+        free, base, limit, at, movable, shape = self.free, self.load, self.limit, self.at, self.movable, self.shape
+        now = at.get(jid)
+        if now is None:
+            now = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in self.start[jid].placements)
         changed: dict[int, tuple[_Piece, ...]] = {jid: back}
         #: Single-piece jobs changed -> the server they leave.
         left = {jid: now[0][0]} if len(now) == 1 else {}
@@ -246,23 +248,17 @@ class _Room:
         for sid, pg, pc, pm in back:
             g, c, m = load.get(sid) or base[sid]
             load[sid] = (g + pg, c + pc, m + pm)
-        home = [t[0] for t in back]
+        home = [back[0][0]] if len(back) == 1 else [t[0] for t in back]
         avoid = set(home)
         for sid in home:
             lg, lc, lm = limit[sid]
             g, c, m = load[sid]
             if g <= lg and c <= lc and m <= lm:
                 continue
-            # A job's GPUs never change in the room: the starting plan's count is its own.
-            movers = sorted([(-start[j].placements[0].gpus, j) for j in self.singles.get(sid, ())
-                             if j in free and j != jid and j not in changed])
+            # Largest piece first, then the oldest job.
+            movers = sorted([(-shape[j][0], j) for j in movable.get(sid, ()) if j != jid and j not in changed])
             for _, j in movers:
-                piece = at.get(j)
-                if piece is None:
-                    p = start[j].placements[0]
-                    pg, pc, pm = p.gpus, p.cpus, p.mem_gb
-                else:
-                    _, pg, pc, pm = piece[0]
+                pg, pc, pm = shape[j]
                 dest = self._destination(j, pg, pc, pm, load, avoid)
                 if dest is None:
                     continue
@@ -278,22 +274,23 @@ class _Room:
                 g, c, m = load[sid]
                 if not (g <= lg and c <= lc and m <= lm):
                     return False
-        singles, previous = self.singles, self.previous
+        previous = self.previous
         for j, pieces in changed.items():
-            if j in left:
-                singles[left[j]].discard(j)
-                singles[pieces[0][0]].add(j)
             at[j] = pieces
+            if j in left:
+                movable[left[j]].discard(j)
             # `back` is `previous`'s GPUs server by server: never moving; a relocated one may be.
-            prev = previous.get(j)
-            if j != jid and (prev is None or _moves_to(prev.placements, pieces[0][0], pieces[0][1])):
-                free.add(j)
-            else:
-                free.discard(j)
+            if j != jid:
+                prev = previous.get(j)
+                if prev is None or _moves_to(prev.placements, pieces[0][0], pieces[0][1]):
+                    free.add(j)
+                    movable[pieces[0][0]].add(j)  # relocated: single-piece
+                    continue
+            free.discard(j)
         base.update(load)
-        caps, gpu_free = self.caps, self.gpu_free
+        cap_g, gpu_free = self.cap_g, self.gpu_free
         for sid, (g, _, _) in load.items():
-            if caps[sid].gpus - g > EPS:
+            if cap_g[sid] - g > EPS:
                 gpu_free.add(sid)
             else:
                 gpu_free.discard(sid)
@@ -312,17 +309,19 @@ class _Room:
             else:
                 old = list(gpu_map(prev.placements))
                 own = old[0] if len(old) == 1 else None
-        gpu_type = self.cluster.gpu_type_of(self.start[jid].placements[0].server_id) if self.typed else ""
+        typed, cluster, base, limit, cap_g, order = (self.typed, self.cluster, self.load, self.limit, self.cap_g,
+                                                     self.order)
+        gpu_type = cluster.gpu_type_of(self.start[jid].placements[0].server_id) if typed else ""
         best, best_key = None, None
         for s in self.gpu_free | load.keys():
-            if s in avoid or (self.typed and self.cluster.gpu_type_of(s) != gpu_type):
+            if s in avoid or (typed and cluster.gpu_type_of(s) != gpu_type):
                 continue
-            g, c, m = load.get(s) or self.load[s]
-            lg, lc, lm = self.limit[s]
+            g, c, m = load.get(s) or base[s]
+            lg, lc, lm = limit[s]
             if g + pg <= lg and c + pc <= lc and m + pm <= lm:
                 if s == own:
                     return s
-                key = (self.caps[s].gpus - g - pg, self.order[s])
+                key = (cap_g[s] - g - pg, order[s])
                 if best_key is None or key < best_key:
                     best, best_key = s, key
         return best
