@@ -427,7 +427,7 @@ def relabelling(
         from scipy.optimize import linear_sum_assignment
 
         r_idx, c_idx = linear_sum_assignment(np.array(saving), maximize=True)
-        assigned = {rows[r]: cols[c] for r, c in zip(r_idx, c_idx)}
+        assigned = {rows[r]: cols[c] for r, c in zip(r_idx.tolist(), c_idx.tolist())}  # Python ints: faster
         if all(b == a for b, a in assigned.items()):
             continue
         mapping.update(_complete(members, assigned))
@@ -475,7 +475,13 @@ def _by_node(allocations: Mapping[int, Allocation], jobs: Mapping[int, int]) -> 
     """Server -> {job -> GPUs} for the jobs in `jobs`."""
     nodes: dict[str, dict[int, int]] = defaultdict(dict)
     for jid in jobs:
-        for p in allocations[jid].placements:
+        placements = allocations[jid].placements
+        if len(placements) == 1:  # most jobs: the job's first and only entry
+            p = placements[0]
+            if p.gpus > 0:
+                nodes[p.server_id][jid] = p.gpus
+            continue
+        for p in placements:
             if p.gpus > 0:
                 node = nodes[p.server_id]
                 node[jid] = node.get(jid, 0) + p.gpus
