@@ -120,7 +120,7 @@ def relabelled(
     mapping = relabelling(allocations, previous, cluster)
     if not mapping:
         return dict(allocations)
-    return {jid: _renamed(alloc, mapping) for jid, alloc in allocations.items()}
+    return {jid: _renamed(alloc, mapping, previous.get(jid)) for jid, alloc in allocations.items()}
 
 
 def stay_put(
@@ -558,13 +558,21 @@ def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, 
     return mapping
 
 
-def _renamed(alloc: Allocation, mapping: Mapping[str, str]) -> Allocation:
+def _renamed(alloc: Allocation, mapping: Mapping[str, str], prev: Allocation | None = None) -> Allocation:
+    """`alloc` with its servers renamed by `mapping`; `prev` itself (last round's allocation
+    of the job) when the renamed one equals it, so that what did not change is the very
+    object it was (a caller's comparison then stops at identity)."""
     # Keeps `packed_with`: host and guest are renamed alike, so move together. Most jobs
     # hold one placement, and this runs for nearly every job of every round: that case first.
     placements = alloc.placements
     if len(placements) == 1:
         p = placements[0]
         to = mapping.get(p.server_id)
+        if prev is not None and len(prev.placements) == 1 and prev.packed_with == alloc.packed_with:
+            q = prev.placements[0]  # the fields of Placement.__eq__, without building the renamed one
+            if (q.server_id == (p.server_id if to is None else to) and q.gpus == p.gpus and q.cpus == p.cpus
+                    and q.mem_gb == p.mem_gb and prev.job_id == alloc.job_id):
+                return prev
         return alloc if to is None else alloc.with_placements((Placement(to, p.gpus, p.cpus, p.mem_gb),))
     if not any(p.server_id in mapping for p in placements):
         return alloc
