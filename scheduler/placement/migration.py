@@ -141,11 +141,10 @@ def stay_put(
     packed pairs (they move with their host's relabelling), and jobs whose old room the plan
     needs for others.
     """
-    moving = _moved(allocations, previous, on_new=True)
-    if not moving:
+    room = _Room(allocations, previous, cluster)
+    if not room.moving:
         return dict(allocations)
-    room = _Room(allocations, previous, cluster, set(moving))
-    for jid in moving:
+    for jid in room.moving:
         if jid not in room.free:  # not movable, or put back already by an earlier pin
             continue
         back = _home_pieces(allocations[jid], previous[jid], cluster, room.caps, room.typed)
@@ -173,9 +172,7 @@ class _Room:
     the plain version it replaced).
     """
 
-    def __init__(self, plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster,
-                 moving: set[int]) -> None:
-        """`moving`: the jobs of both `plan` and `previous` that `plan` migrates."""
+    def __init__(self, plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
         self.start, self.previous, self.cluster = plan, previous, cluster
         self.caps = {s.id: s.capacity for s in cluster.servers}
         #: What `Resources.fits_in` compares a load with: capacity + EPS per dimension.
@@ -192,7 +189,13 @@ class _Room:
         self.movable: dict[str, set[int]] = defaultdict(set)
         #: Single-piece job -> its piece's (GPUs, CPUs, GB), which never change in the room.
         self.shape: dict[int, tuple[int, float, float]] = {}
+        #: The jobs of both `plan` and `previous` that `plan` migrates, in id order.
+        self.moving: list[int] = []
         for jid, a in plan.items():
+            prev = previous.get(jid)
+            moves = prev is not None and bool(a.placements) and migrated(prev.placements, a.placements)
+            if moves:
+                self.moving.append(jid)
             packed = a.packed_with is not None
             placed = bool(a.placements)  # and only on the cluster's servers
             for p in a.placements:
@@ -202,12 +205,13 @@ class _Room:
                     load[sid] = (g + (0.0 if packed else p.gpus), c + p.cpus, m + p.mem_gb)
                 else:
                     placed = False
-            if placed and not packed and jid not in hosts and (jid in moving or jid not in previous):
+            if placed and not packed and jid not in hosts and (moves or prev is None):
                 self.free.add(jid)
                 if len(a.placements) == 1:
                     p = a.placements[0]
                     self.movable[p.server_id].add(jid)
                     self.shape[jid] = (p.gpus, p.cpus, p.mem_gb)
+        self.moving.sort()
         self.load = load
         self.cap_g = {sid: cap.gpus for sid, cap in self.caps.items()}
         #: Servers with a GPU free: the only places a relocated piece can go (a full plan
@@ -339,7 +343,7 @@ def why_moved(
 ) -> dict[int, str]:
     """Job -> what its move buys, for each job of `previous` that `allocations` migrates, in
     words for its history (`cluster`: the servers the round could place on)."""
-    moved = _moved(allocations, previous, on_new=False)
+    moved = _moved(allocations, previous)
     if not moved:
         return {}
     caps = {s.id: s.capacity for s in cluster.servers}
@@ -437,17 +441,17 @@ def relabelling(
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _moved(allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], on_new: bool) -> list[int]:
-    """Jobs of both rounds that `allocations` migrates, in id order, among those placed in
-    `allocations` (`on_new`) or in `previous`. Every round asks it of every job, twice:
-    `migrated` is written out for one-piece jobs."""
+def _moved(allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation]) -> list[int]:
+    """Jobs placed in `previous` and in `allocations` too that `allocations` migrates, in id
+    order (`_Room` finds those placed in `allocations` as it reads the plan). Every round
+    asks it of every job: `migrated` is written out for one-piece jobs."""
     out = []
     for jid in sorted(allocations):
         prev = previous.get(jid)
         if prev is None:
             continue
         old, new = prev.placements, allocations[jid].placements
-        if not (new if on_new else old):
+        if not old:
             continue
         if len(old) == 1 and len(new) == 1:
             if old[0].server_id != new[0].server_id or old[0].gpus != new[0].gpus:
