@@ -246,7 +246,7 @@ class Job:
         return max(0.0, self.iterations - self.done_iterations)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Placement:
     """The share of one job on one server."""
 
@@ -255,23 +255,12 @@ class Placement:
     cpus: float
     mem_gb: float
 
-    def __init__(self, server_id: str, gpus: int, cpus: float, mem_gb: float) -> None:
-        # Written out (`init=False`): a frozen dataclass's own __init__ sets each field through
-        # object.__setattr__, twice as slow, and the core builds ~250 placements and
-        # allocations per round. A new field must be set here too
-        # (tests/test_placement_speed.py checks the signature against the fields).
-        d = self.__dict__
-        d["server_id"] = server_id
-        d["gpus"] = gpus
-        d["cpus"] = cpus
-        d["mem_gb"] = mem_gb
-
     @property
     def resources(self) -> Resources:
         return Resources(self.gpus, self.cpus, self.mem_gb)
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Allocation:
     job_id: int
     placements: tuple[Placement, ...]
@@ -279,13 +268,6 @@ class Allocation:
     #: servers, same GPU counts, at most two jobs per GPU), with its own CPUs and memory. Its
     #: placements' GPUs are therefore not extra demand on the servers. None = GPUs its own.
     packed_with: int | None = None
-
-    def __init__(self, job_id: int, placements: tuple[Placement, ...], packed_with: int | None = None) -> None:
-        # Written out, as `Placement.__init__` is (and checked the same way).
-        d = self.__dict__
-        d["job_id"] = job_id
-        d["placements"] = placements
-        d["packed_with"] = packed_with
 
     @property
     def total(self) -> Resources:
