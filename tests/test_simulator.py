@@ -315,35 +315,3 @@ def test_bad_trace_rows_name_file_row_and_field(tmp_path, body: str, needle: str
     with pytest.raises(SimInputError) as err:
         read_trace(path, zoo.default_profiles(), 16)
     assert str(path) in str(err.value) and needle in str(err.value)
-
-
-def test_a_run_paces_the_collector_and_gives_the_thresholds_back() -> None:
-    """simulator/collector.py: the young generation holds a round's churn while the loop
-    runs (checked from inside the core), and the process's own thresholds are back after
-    the run, also when it ends with an error."""
-    import gc
-
-    from synergy.scheduler.simulator.collector import YOUNG_THRESHOLD
-
-    seen = []
-
-    class Watching(type(build_scheduler("fifo", "tune"))):
-        def schedule(self, inp):
-            seen.append(gc.get_threshold())
-            if len(seen) == 2:
-                raise RuntimeError("stop here")
-            return super().schedule(inp)
-
-    plain = build_scheduler("fifo", "tune")
-    jobs = [Job(i, "flat", 1, 3600.0 * i, 1e4, flat()) for i in range(3)]
-    saved = gc.get_threshold()
-    try:
-        gc.set_threshold(700, 10, 10)
-        Simulation(Watching(plain.policy, plain.mechanism), Cluster.homogeneous(1), jobs[:1]).run()
-        assert gc.get_threshold() == (700, 10, 10)
-        with pytest.raises(RuntimeError, match="stop here"):
-            Simulation(Watching(plain.policy, plain.mechanism), Cluster.homogeneous(1), jobs[1:]).run()
-        assert gc.get_threshold() == (700, 10, 10)
-    finally:
-        gc.set_threshold(*saved)
-    assert seen[0] == (YOUNG_THRESHOLD, 10, 10)

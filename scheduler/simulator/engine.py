@@ -42,7 +42,6 @@ from synergy.scheduler.loaning.orchestrator import rebalance
 from synergy.scheduler.loaning.reclaim import shrunk_allocation
 from synergy.scheduler.mechanisms.base import runnable_by_gpu
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
-from synergy.scheduler.simulator.collector import paced_collector
 from synergy.scheduler.simulator.inference import InferencePool
 from synergy.scheduler.simulator.profiling import Leases, ProfilingReplay, profiling_round
 from synergy.scheduler.placement.migration import migrated
@@ -225,10 +224,6 @@ class Simulation:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> SimResult:
-        with paced_collector():  # simulator/collector.py: the collector's work was 8% of a run
-            return self._run()
-
-    def _run(self) -> SimResult:
         cfg = self.config
         R = cfg.round_s
         pending = self.pending
