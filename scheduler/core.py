@@ -65,7 +65,9 @@ class Scheduler:
                 out = replace(out, allocations=pack_per_type(out.allocations, ordered, own, self.pairs))
             if self.relabel is not None and inp.previous and own.servers:
                 out = replace(out, allocations=self.relabel(out.allocations, inp.previous, own))
-        array = _cpu_array_pass(self.cpu_array, inp, verdicts, out.allocations, kept, cluster)
+        # Every job a GPU job (the common round): no CPU-only job to look for.
+        cpu_jobs = [] if len(jobs) == len(inp.jobs) else [j for j in inp.jobs if j.kind == JobKind.CPU_ONLY]
+        array = _cpu_array_pass(self.cpu_array, inp, cpu_jobs, verdicts, out.allocations, kept, cluster)
         allocations = {**array.training, **kept}
         cpu_allocs, cpu_waiting = array.allocations, array.waiting
         waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)
@@ -74,8 +76,8 @@ class Scheduler:
 
 
 def _cpu_array_pass(
-    config: CpuArray, inp: RoundInput, verdicts: Mapping[str, Verdict], training: Mapping[int, Allocation],
-    kept: Mapping[int, Allocation], cluster: Cluster,
+    config: CpuArray, inp: RoundInput, jobs: Sequence[Job], verdicts: Mapping[str, Verdict],
+    training: Mapping[int, Allocation], kept: Mapping[int, Allocation], cluster: Cluster,
 ) -> ArrayDecision:
     """CODA's CPU array after training has decided (arrays/cpu_array.py).
 
@@ -83,8 +85,7 @@ def _cpu_array_pass(
     (attained GPU-seconds, per-GPU shares) that a zero-GPU job does not have. Only the
     mechanism's allocations may be trimmed; jobs kept on held servers are left as they are.
     """
-    jobs = [j for j in inp.jobs if j.kind == JobKind.CPU_ONLY]
-    if not jobs:
+    if not jobs:  # `jobs`: the CPU-only jobs of `inp`
         return ArrayDecision(dict(training))
     open_ids = [s for s, v in verdicts.items() if v.admit == Admit.ANY]
     held_ids = [s for s, v in verdicts.items() if v.admit == Admit.HELD]

@@ -31,6 +31,13 @@ class ClusterState:
         self.held: dict[int, tuple[Placement, ...]] = {}
         #: server index -> ids of the jobs holding something there.
         self.on_server: list[set[int]] = [set() for _ in self.ids]
+        #: Servers whose free resources changed, in order (`reserve` and `release` append one
+        #: entry per placement): a search that remembers what it found reads what changed
+        #: since it last looked instead of looking at every server again.
+        self.changed: list[int] = []
+        #: Such searches' memory, for the state's lifetime (one decision), under keys of
+        #: their owners' choosing (scorers.StrandingBestFit.best_on).
+        self.searches: dict = {}
         # Large clusters get search indexes (below); on a few dozen servers a plain scan is
         # cheaper than keeping them up to date.
         self._indexed = len(self.ids) > INDEX_MIN_SERVERS
@@ -54,6 +61,9 @@ class ClusterState:
             self._level: dict[int, set[int]] = {}
             for i, g in enumerate(self.free_g):
                 self._level.setdefault(int(round(g)), set()).add(i)
+            #: How much of `changed` the indexes have taken in: they are brought up to date
+            #: when searched, not per reservation (TUNE's own search needs neither).
+            self._indexed_upto = 0
 
     @property
     def free_gpus(self) -> float:
@@ -73,9 +83,17 @@ class ClusterState:
         # Exact floats: a rounding difference only splits a bucket, it never merges two.
         return (self.free_g[i], self.free_c[i], self.free_m[i], self.cap_g[i], self.cap_c[i], self.cap_m[i])
 
+    def _catch_up(self) -> None:
+        """Bring the indexes of a large cluster up to date with `changed`."""
+        changed = self.changed
+        if self._indexed_upto < len(changed):
+            for i in sorted(set(changed[self._indexed_upto:])):
+                self._rebucket(i)
+            self._indexed_upto = len(changed)
+
     def _rebucket(self, i: int) -> None:
-        """Move server i to the bucket of its shape now (large clusters only: the callers
-        check `_indexed`). Once per reservation: written out rather than via `_key`."""
+        """Move server i to the bucket of its shape now (large clusters only: `_catch_up`
+        calls it). Written out rather than via `_key`."""
         old = self._bucket_of[i]
         new = (self.free_g[i], self.free_c[i], self.free_m[i], self.cap_g[i], self.cap_c[i], self.cap_m[i])
         if old == new:
@@ -103,6 +121,7 @@ class ClusterState:
         finds the same server as scoring all of them (in any order: the keys differ)."""
         if not self._indexed:
             return [i for i, g in enumerate(self.free_g) if g + EPS >= min_gpus]
+        self._catch_up()
         reps = []
         for key, (_, heap) in self._buckets.items():
             if key[0] + EPS < min_gpus:
@@ -132,6 +151,7 @@ class ClusterState:
                            key=lambda i: (-self.free_g[i] if descending else self.free_g[i], i))
             yield from order
             return
+        self._catch_up()
         levels = sorted((k for k, members in self._level.items() if members and k + EPS >= min_gpus),
                         reverse=descending)
         for k in levels:
@@ -150,9 +170,8 @@ class ClusterState:
             self.free_c[i] -= p.cpus
             self.free_m[i] -= p.mem_gb
             self.on_server[i].add(job_id)
-            if self._indexed:
-                self._rebucket(i)
-            elif self.free_g[i] + EPS < 1.0:
+            self.changed.append(i)
+            if not self._indexed and self.free_g[i] + EPS < 1.0:
                 self._close(i)
         self.held[job_id] = placements
 
@@ -164,9 +183,8 @@ class ClusterState:
             self.free_c[i] += p.cpus
             self.free_m[i] += p.mem_gb
             self.on_server[i].discard(job_id)
-            if self._indexed:
-                self._rebucket(i)
-            elif self.free_g[i] + EPS >= 1.0:
+            self.changed.append(i)
+            if not self._indexed and self.free_g[i] + EPS >= 1.0:
                 self._reopen(i)
         return placements
 

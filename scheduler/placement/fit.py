@@ -15,9 +15,9 @@ def consolidated(
     state: ClusterState, gpus: int, cpus_per_gpu: float, mem_per_gpu: float, scorer: Scorer
 ) -> tuple[Placement, ...] | None:
     c, m = cpus_per_gpu * gpus, mem_per_gpu * gpus
-    best = getattr(scorer, "best", None)  # a scorer's own scan (scorers.StrandingBestFit)
-    if best is not None:
-        best_i = best(state, state.candidates(gpus), gpus, c, m)
+    best_on = getattr(scorer, "best_on", None)  # a scorer's own search (scorers.StrandingBestFit)
+    if best_on is not None:
+        best_i = best_on(state, gpus, c, m)
     else:
         best_key, best_i = None, -1
         for i in state.candidates(gpus):

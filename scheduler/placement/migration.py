@@ -120,7 +120,7 @@ def relabelled(
     mapping = relabelling(allocations, previous, cluster)
     if not mapping:
         return dict(allocations)
-    return {jid: _renamed(alloc, mapping) for jid, alloc in allocations.items()}
+    return {jid: _renamed(alloc, mapping, previous.get(jid)) for jid, alloc in allocations.items()}
 
 
 def stay_put(
@@ -141,11 +141,10 @@ def stay_put(
     packed pairs (they move with their host's relabelling), and jobs whose old room the plan
     needs for others.
     """
-    moving = _moved(allocations, previous, on_new=True)
-    if not moving:
+    room = _Room(allocations, previous, cluster)
+    if not room.moving:
         return dict(allocations)
-    room = _Room(allocations, previous, cluster, set(moving))
-    for jid in moving:
+    for jid in room.moving:
         if jid not in room.free:  # not movable, or put back already by an earlier pin
             continue
         back = _home_pieces(allocations[jid], previous[jid], cluster, room.caps, room.typed)
@@ -173,9 +172,7 @@ class _Room:
     the plain version it replaced).
     """
 
-    def __init__(self, plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster,
-                 moving: set[int]) -> None:
-        """`moving`: the jobs of both `plan` and `previous` that `plan` migrates."""
+    def __init__(self, plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
         self.start, self.previous, self.cluster = plan, previous, cluster
         self.caps = {s.id: s.capacity for s in cluster.servers}
         #: What `Resources.fits_in` compares a load with: capacity + EPS per dimension.
@@ -185,11 +182,20 @@ class _Room:
         self.typed = any(s.gpu_type for s in cluster.servers)
         hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
         load = {sid: (0.0, 0.0, 0.0) for sid in self.caps}
-        self.singles: dict[str, set[int]] = defaultdict(set)
         #: Jobs a pin may put back or relocate: not part of a packed pair (a pair's GPUs are
         #: shared), placed on the cluster's servers, and moving (new, or off its old GPUs).
         self.free: set[int] = set()
+        #: Server -> the single-piece jobs of `free` on it: the ones a pin may relocate.
+        self.movable: dict[str, set[int]] = defaultdict(set)
+        #: Single-piece job -> its piece's (GPUs, CPUs, GB), which never change in the room.
+        self.shape: dict[int, tuple[int, float, float]] = {}
+        #: The jobs of both `plan` and `previous` that `plan` migrates, in id order.
+        self.moving: list[int] = []
         for jid, a in plan.items():
+            prev = previous.get(jid)
+            moves = prev is not None and bool(a.placements) and migrated(prev.placements, a.placements)
+            if moves:
+                self.moving.append(jid)
             packed = a.packed_with is not None
             placed = bool(a.placements)  # and only on the cluster's servers
             for p in a.placements:
@@ -199,14 +205,18 @@ class _Room:
                     load[sid] = (g + (0.0 if packed else p.gpus), c + p.cpus, m + p.mem_gb)
                 else:
                     placed = False
-            if len(a.placements) == 1:
-                self.singles[a.placements[0].server_id].add(jid)
-            if placed and not packed and jid not in hosts and (jid in moving or jid not in previous):
+            if placed and not packed and jid not in hosts and (moves or prev is None):
                 self.free.add(jid)
+                if len(a.placements) == 1:
+                    p = a.placements[0]
+                    self.movable[p.server_id].add(jid)
+                    self.shape[jid] = (p.gpus, p.cpus, p.mem_gb)
+        self.moving.sort()
         self.load = load
+        self.cap_g = {sid: cap.gpus for sid, cap in self.caps.items()}
         #: Servers with a GPU free: the only places a relocated piece can go (a full plan
         #: has few, and scanning every server per relocation cost most of the round).
-        self.gpu_free = {sid for sid, cap in self.caps.items() if cap.gpus - load[sid][0] > EPS}
+        self.gpu_free = {sid for sid, g in self.cap_g.items() if g - load[sid][0] > EPS}
         #: Where the jobs the room moved sit now.
         self.at: dict[int, tuple[_Piece, ...]] = {}
 
@@ -224,17 +234,13 @@ class _Room:
             out[jid] = out[jid].with_placements(tuple(Placement(*t) for t in pieces))
         return out
 
-    def _pieces(self, jid: int) -> tuple[_Piece, ...]:
-        pieces = self.at.get(jid)
-        if pieces is None:
-            pieces = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in self.start[jid].placements)
-        return pieces
-
     def try_pin(self, jid: int, back: tuple[_Piece, ...]) -> bool:
         """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
         its servers as needed; all or nothing."""
-        free, base, limit, start, at = self.free, self.load, self.limit, self.start, self.at
-        now = self._pieces(jid)
+        free, base, limit, at, movable, shape = self.free, self.load, self.limit, self.at, self.movable, self.shape
+        now = at.get(jid)
+        if now is None:
+            now = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in self.start[jid].placements)
         changed: dict[int, tuple[_Piece, ...]] = {jid: back}
         #: Single-piece jobs changed -> the server they leave.
         left = {jid: now[0][0]} if len(now) == 1 else {}
@@ -246,23 +252,17 @@ class _Room:
         for sid, pg, pc, pm in back:
             g, c, m = load.get(sid) or base[sid]
             load[sid] = (g + pg, c + pc, m + pm)
-        home = [t[0] for t in back]
+        home = [back[0][0]] if len(back) == 1 else [t[0] for t in back]
         avoid = set(home)
         for sid in home:
             lg, lc, lm = limit[sid]
             g, c, m = load[sid]
             if g <= lg and c <= lc and m <= lm:
                 continue
-            # A job's GPUs never change in the room: the starting plan's count is its own.
-            movers = sorted([(-start[j].placements[0].gpus, j) for j in self.singles.get(sid, ())
-                             if j in free and j != jid and j not in changed])
+            # Largest piece first, then the oldest job.
+            movers = sorted([(-shape[j][0], j) for j in movable.get(sid, ()) if j != jid and j not in changed])
             for _, j in movers:
-                piece = at.get(j)
-                if piece is None:
-                    p = start[j].placements[0]
-                    pg, pc, pm = p.gpus, p.cpus, p.mem_gb
-                else:
-                    _, pg, pc, pm = piece[0]
+                pg, pc, pm = shape[j]
                 dest = self._destination(j, pg, pc, pm, load, avoid)
                 if dest is None:
                     continue
@@ -278,22 +278,23 @@ class _Room:
                 g, c, m = load[sid]
                 if not (g <= lg and c <= lc and m <= lm):
                     return False
-        singles, previous = self.singles, self.previous
+        previous = self.previous
         for j, pieces in changed.items():
-            if j in left:
-                singles[left[j]].discard(j)
-                singles[pieces[0][0]].add(j)
             at[j] = pieces
+            if j in left:
+                movable[left[j]].discard(j)
             # `back` is `previous`'s GPUs server by server: never moving; a relocated one may be.
-            prev = previous.get(j)
-            if j != jid and (prev is None or _moves_to(prev.placements, pieces[0][0], pieces[0][1])):
-                free.add(j)
-            else:
-                free.discard(j)
+            if j != jid:
+                prev = previous.get(j)
+                if prev is None or _moves_to(prev.placements, pieces[0][0], pieces[0][1]):
+                    free.add(j)
+                    movable[pieces[0][0]].add(j)  # relocated: single-piece
+                    continue
+            free.discard(j)
         base.update(load)
-        caps, gpu_free = self.caps, self.gpu_free
+        cap_g, gpu_free = self.cap_g, self.gpu_free
         for sid, (g, _, _) in load.items():
-            if caps[sid].gpus - g > EPS:
+            if cap_g[sid] - g > EPS:
                 gpu_free.add(sid)
             else:
                 gpu_free.discard(sid)
@@ -312,17 +313,19 @@ class _Room:
             else:
                 old = list(gpu_map(prev.placements))
                 own = old[0] if len(old) == 1 else None
-        gpu_type = self.cluster.gpu_type_of(self.start[jid].placements[0].server_id) if self.typed else ""
+        typed, cluster, base, limit, cap_g, order = (self.typed, self.cluster, self.load, self.limit, self.cap_g,
+                                                     self.order)
+        gpu_type = cluster.gpu_type_of(self.start[jid].placements[0].server_id) if typed else ""
         best, best_key = None, None
         for s in self.gpu_free | load.keys():
-            if s in avoid or (self.typed and self.cluster.gpu_type_of(s) != gpu_type):
+            if s in avoid or (typed and cluster.gpu_type_of(s) != gpu_type):
                 continue
-            g, c, m = load.get(s) or self.load[s]
-            lg, lc, lm = self.limit[s]
+            g, c, m = load.get(s) or base[s]
+            lg, lc, lm = limit[s]
             if g + pg <= lg and c + pc <= lc and m + pm <= lm:
                 if s == own:
                     return s
-                key = (self.caps[s].gpus - g - pg, self.order[s])
+                key = (cap_g[s] - g - pg, order[s])
                 if best_key is None or key < best_key:
                     best, best_key = s, key
         return best
@@ -340,7 +343,7 @@ def why_moved(
 ) -> dict[int, str]:
     """Job -> what its move buys, for each job of `previous` that `allocations` migrates, in
     words for its history (`cluster`: the servers the round could place on)."""
-    moved = _moved(allocations, previous, on_new=False)
+    moved = _moved(allocations, previous)
     if not moved:
         return {}
     caps = {s.id: s.capacity for s in cluster.servers}
@@ -428,7 +431,7 @@ def relabelling(
         from scipy.optimize import linear_sum_assignment
 
         r_idx, c_idx = linear_sum_assignment(np.array(saving), maximize=True)
-        assigned = {rows[r]: cols[c] for r, c in zip(r_idx, c_idx)}
+        assigned = {rows[r]: cols[c] for r, c in zip(r_idx.tolist(), c_idx.tolist())}  # Python ints: faster
         if all(b == a for b, a in assigned.items()):
             continue
         mapping.update(_complete(members, assigned))
@@ -438,17 +441,17 @@ def relabelling(
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _moved(allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], on_new: bool) -> list[int]:
-    """Jobs of both rounds that `allocations` migrates, in id order, among those placed in
-    `allocations` (`on_new`) or in `previous`. Every round asks it of every job, twice:
-    `migrated` is written out for one-piece jobs."""
+def _moved(allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation]) -> list[int]:
+    """Jobs placed in `previous` and in `allocations` too that `allocations` migrates, in id
+    order (`_Room` finds those placed in `allocations` as it reads the plan). Every round
+    asks it of every job: `migrated` is written out for one-piece jobs."""
     out = []
     for jid in sorted(allocations):
         prev = previous.get(jid)
         if prev is None:
             continue
         old, new = prev.placements, allocations[jid].placements
-        if not (new if on_new else old):
+        if not old:
             continue
         if len(old) == 1 and len(new) == 1:
             if old[0].server_id != new[0].server_id or old[0].gpus != new[0].gpus:
@@ -476,7 +479,13 @@ def _by_node(allocations: Mapping[int, Allocation], jobs: Mapping[int, int]) -> 
     """Server -> {job -> GPUs} for the jobs in `jobs`."""
     nodes: dict[str, dict[int, int]] = defaultdict(dict)
     for jid in jobs:
-        for p in allocations[jid].placements:
+        placements = allocations[jid].placements
+        if len(placements) == 1:  # most jobs: the job's first and only entry
+            p = placements[0]
+            if p.gpus > 0:
+                nodes[p.server_id][jid] = p.gpus
+            continue
+        for p in placements:
             if p.gpus > 0:
                 node = nodes[p.server_id]
                 node[jid] = node.get(jid, 0) + p.gpus
@@ -553,13 +562,21 @@ def _complete(members: Sequence[str], assigned: Mapping[str, str]) -> dict[str, 
     return mapping
 
 
-def _renamed(alloc: Allocation, mapping: Mapping[str, str]) -> Allocation:
+def _renamed(alloc: Allocation, mapping: Mapping[str, str], prev: Allocation | None = None) -> Allocation:
+    """`alloc` with its servers renamed by `mapping`; `prev` itself (last round's allocation
+    of the job) when the renamed one equals it, so that what did not change is the very
+    object it was (a caller's comparison then stops at identity)."""
     # Keeps `packed_with`: host and guest are renamed alike, so move together. Most jobs
     # hold one placement, and this runs for nearly every job of every round: that case first.
     placements = alloc.placements
     if len(placements) == 1:
         p = placements[0]
         to = mapping.get(p.server_id)
+        if prev is not None and len(prev.placements) == 1 and prev.packed_with == alloc.packed_with:
+            q = prev.placements[0]  # the fields of Placement.__eq__, without building the renamed one
+            if (q.server_id == (p.server_id if to is None else to) and q.gpus == p.gpus and q.cpus == p.cpus
+                    and q.mem_gb == p.mem_gb and prev.job_id == alloc.job_id):
+                return prev
         return alloc if to is None else alloc.with_placements((Placement(to, p.gpus, p.cpus, p.mem_gb),))
     if not any(p.server_id in mapping for p in placements):
         return alloc

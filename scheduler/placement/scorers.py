@@ -6,6 +6,7 @@ placement idea (migration-minimising placement from Tesserae, say) is one more s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Callable, Iterable
 
 from synergy.scheduler.model import EPS
@@ -66,9 +67,10 @@ def avoid_stranding(base: Scorer, cpus_per_gpu: float, mem_per_gpu: float) -> Sc
 class StrandingBestFit:
     """`avoid_stranding(best_fit, ...)`, TUNE's default scorer, as one object: the same key
     from the same expressions in the same order (bit-identical; tests/test_placement_speed.py
-    checks it against the composition), plus `best`, the whole scan of a placement search
-    in one call. TUNE scores millions of servers per simulation; the two calls and the
-    tuple unpacking per server were a fifth of the Fig. 9 run (docs/simulator.md, "Speed")."""
+    checks it against the composition), plus `best_on`, a whole placement search in one
+    call, remembered between calls. TUNE scores millions of servers per
+    simulation; the two calls and the tuple unpacking per server were a fifth of the Fig. 9
+    run, and the scan itself a tenth after that (docs/simulator.md, "Speed")."""
 
     cpus_per_gpu: float
     mem_per_gpu: float
@@ -84,37 +86,51 @@ class StrandingBestFit:
         l2 = (fm - m) / cm if cm else 0.0
         return (short_c > 1e-9 or short_m > 1e-9, l0, l0 + l1 + l2, i)
 
-    def best(self, state: ClusterState, candidates: Iterable[int], g: float, c: float, m: float) -> int:
-        """The candidate that fits (`ClusterState.fits`) with the smallest key; -1 if none.
-        `candidates` in increasing index order, or of distinct shapes (`representatives`).
-        `__call__` and `ClusterState.fits` are inlined here: keep the three in step."""
+    def best_on(self, state: ClusterState, g: float, c: float, m: float) -> int:
+        """The server of `state` that fits (`ClusterState.fits`) with the smallest key; -1
+        if none: what scoring every server gives, remembered between calls.
+
+        TUNE packs jobs largest demand first, so runs of jobs with the same demand follow
+        each other, and each placement changes one server. The keys of one demand are kept
+        in a heap (in `state.searches`, for the state's lifetime), updated for the servers
+        `state.changed` names since the last call; an entry whose server has a newer key is
+        dropped when it comes to the top. The scan is inlined: keep it in step with
+        `__call__` and `ClusterState.fits` (tests/test_placement_speed.py checks both)."""
+        tag = (self.cpus_per_gpu, self.mem_per_gpu, g, c, m)
+        memo = state.searches.get(tag)
+        changed = state.changed
+        if memo is None or len(changed) - memo[0] > len(state.ids):  # first look, or a long absence
+            keys: list[tuple | None] = [None] * len(state.ids)
+            heap: list[tuple] = []
+            memo = state.searches[tag] = [len(changed), keys, heap]
+            servers: Iterable[int] = range(len(state.ids))
+        else:
+            seen, keys, heap = memo
+            servers = changed[seen:]
+            memo[0] = len(changed)
         free_g, free_c, free_m = state.free_g, state.free_c, state.free_m
         cap_g, cap_c, cap_m = state.cap_g, state.cap_c, state.cap_m
         per_c, per_m = self.cpus_per_gpu, self.mem_per_gpu
-        best_key: tuple | None = None
-        best_i = -1
-        # The last server scored, by shape: a server exactly like it gets the same key but
-        # for its larger index, so it cannot win. On a small cluster the untouched servers
-        # form such runs (TUNE fills them in order).
-        pfg = pfc = pfm = pcg = pcc = pcm = -1.0
-        for i in candidates:
+        for i in servers:
             fg, fc, fm = free_g[i], free_c[i], free_m[i]
             if not (g <= fg + EPS and c <= fc + EPS and m <= fm + EPS):
+                keys[i] = None
                 continue
             cg, cc, cm = cap_g[i], cap_c[i], cap_m[i]
-            if fg == pfg and fc == pfc and fm == pfm and cg == pcg and cc == pcc and cm == pcm:
-                continue
-            pfg, pfc, pfm, pcg, pcc, pcm = fg, fc, fm, cg, cc, cm
             left_g = fg - g
             short_c = per_c * left_g - (fc - c)
             short_m = per_m * left_g - (fm - m)
             l0 = left_g / cg if cg else 0.0
             l1 = (fc - c) / cc if cc else 0.0
             l2 = (fm - m) / cm if cm else 0.0
-            key = (short_c > 1e-9 or short_m > 1e-9, l0, l0 + l1 + l2, i)
-            if best_key is None or key < best_key:
-                best_key, best_i = key, i
-        return best_i
+            keys[i] = key = (short_c > 1e-9 or short_m > 1e-9, l0, l0 + l1 + l2, i)
+            heappush(heap, key)
+        while heap:
+            top = heap[0]
+            if keys[top[3]] is top:
+                return top[3]
+            heappop(heap)  # its server changed since
+        return -1
 
 
 SCORERS: dict[str, Scorer] = {"best_fit": best_fit, "first_fit": first_fit, "alignment": alignment}
