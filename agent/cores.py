@@ -2,8 +2,8 @@
 
 A placement gives a task a number of CPUs, possibly fractional (0.5 CPU per task on a 2-core,
 4-GPU node); the agent turns it into whole cores no other task holds plus, for the
-remainder, a share of a core kept for fractional shares (`CoreGrant`). The CPU quota
-(cgroups) then holds the total exactly.
+remainder, the pool of cores nobody holds whole (`CoreGrant`). The CPU quota (cgroups) then
+holds the total exactly.
 Pure functions, no I/O: unit-tested in tests/agent/test_agent_units.py.
 """
 
@@ -56,23 +56,28 @@ def format_cpu_list(cores: Iterable[int]) -> str:
 
 @dataclass(frozen=True)
 class CoreGrant:
-    """The cores one task holds: whole cores of its own, plus a share of one shared core.
+    """The cores one task holds: whole cores of its own, plus the node's shared pool.
 
-    A task with `c` CPUs gets floor(c) exclusive cores and, for the remainder, `fraction`
-    of a core it shares with other fractional tasks (the fractions on one core add up to at
-    most 1). The CPU quota (c cores of CPU time) then holds the total exactly. A core that
-    hosts fractional shares is never handed out whole, so whole cores stay exclusive.
+    A task with `c` CPUs gets floor(c) exclusive cores; its remainder (all of it below one
+    CPU) runs on the shared pool: every usable core no task holds whole, shared by all the
+    fractional tasks, each held to its own CPU time by its quota. Whenever the placements add
+    up to at most the agent's cores, the fractions add up to at most the pool, so a layout
+    always exists. (Packing each fraction onto one core, as before, is bin packing: 0.75 +
+    0.5 + 0.5 + 0.25 on two cores fits only in one order, and three 0.6s never do, so tasks
+    the round had fitted failed to launch or to resize.) The pool changes as whole cores are
+    taken and given back; `pool_of` says what it is now, and the supervisor moves every
+    fractional task onto it.
     """
 
     exclusive: tuple[int, ...] = ()
-    shared: int | None = None
+    #: the pool this task runs its fraction on (empty: whole cores only)
+    shared: tuple[int, ...] = ()
     fraction: float = 0.0
 
     @property
     def cores(self) -> tuple[int, ...]:
-        """The task's cpuset: its own cores and its shared core."""
-        extra = () if self.shared is None else (self.shared,)
-        return tuple(sorted(set(self.exclusive) | set(extra)))
+        """The task's cpuset: its own cores and the pool it shares."""
+        return tuple(sorted(set(self.exclusive) | set(self.shared)))
 
 
 def split_cpus(cpus: float) -> tuple[int, float]:
@@ -84,55 +89,44 @@ def split_cpus(cpus: float) -> tuple[int, float]:
     return whole, (frac if frac > _EPS else 0.0)
 
 
-def shared_load(held: Iterable[CoreGrant]) -> dict[int, float]:
-    """Shared core -> the sum of the fractions placed on it."""
-    load: dict[int, float] = {}
-    for g in held:
-        if g.shared is not None:
-            load[g.shared] = load.get(g.shared, 0.0) + g.fraction
-    return load
+def pool_of(usable: Iterable[int], held: Iterable[CoreGrant]) -> tuple[int, ...]:
+    """The shared pool: the usable cores no grant holds whole."""
+    taken = {c for g in held for c in g.exclusive}
+    return tuple(sorted(set(usable) - taken))
+
+
+def pool_load(held: Iterable[CoreGrant]) -> float:
+    """CPUs the fractional tasks run on the pool."""
+    return sum(g.fraction for g in held if g.shared)
 
 
 def choose_cores(cpus: float, usable: Iterable[int], held: Iterable[CoreGrant] = (),
                  keep: CoreGrant | None = None) -> CoreGrant:
     """Cores for a task that needs `cpus`, beside the `held` grants of the node's other tasks.
 
-    Whole cores: the task's own (`keep`, a resize) first, then the lowest free ones. The
-    fraction goes on the shared core it already has when that still fits, else on the
-    fullest shared core where it fits (best fit packs fractions together), else on the
-    highest free core (away from the low cores whole grants take). Raises CoreError when
-    the free cores are too few.
+    Whole cores: the task's own (`keep`, a resize) first, then the lowest ones nobody holds
+    whole (a pool core may become whole: its fractional tasks move onto the rest of the
+    pool). The fraction runs on the pool that is left. Raises CoreError when the cores held
+    whole, or the fractions on what is left, would exceed the agent's cores.
     """
     whole, frac = split_cpus(cpus)
-    need_shared = frac > 0 or whole == 0
+    on_pool = frac > 0 or whole == 0
     held = list(held)
     usable_set = set(usable)
-    exclusive_taken = {c for g in held for c in g.exclusive}
-    load = shared_load(held)
-    free = sorted(usable_set - exclusive_taken - set(load))
-    mine = keep.cores if keep is not None else ()
-    kept = [c for c in mine if c in free]
+    free = list(pool_of(usable_set, held))
+    kept = [c for c in (keep.exclusive if keep is not None else ()) if c in free]
     order = kept + [c for c in free if c not in kept]
-    exclusive = sorted(order[:whole])
-    shared: int | None = None
-    if need_shared:
-        fits = [c for c in load if c in usable_set and load[c] + frac <= 1 + _EPS]
-        if keep is not None and keep.shared in fits:
-            shared = keep.shared
-        elif fits:
-            shared = sorted(fits, key=lambda c: (-load[c], c))[0]
-        else:
-            rest = [c for c in free if c not in exclusive]
-            if keep is not None and keep.shared in rest:
-                shared = keep.shared
-            elif rest:
-                shared = rest[-1]
-    if len(exclusive) < whole or (need_shared and shared is None):
-        what = f"{whole} exclusive cores" + (f" and {frac:g} of a shared core" if frac else "")
+    exclusive = tuple(sorted(order[:whole]))
+    pool = tuple(c for c in free if c not in exclusive)
+    load = pool_load(held) + frac
+    others_on_pool = any(g.shared for g in held)
+    if len(exclusive) < whole or ((on_pool or others_on_pool) and not pool) or load > len(pool) + _EPS:
+        what = f"{whole} whole cores" + (f" and {frac:g} CPU on the shared pool" if frac else "")
         if whole == 0 and not frac:
             what = "a core to run on"
         raise CoreError(
-            f"needs {what} for {cpus:g} CPUs, but only {len(free)} of the agent's {len(usable_set)} cores "
-            f"({format_cpu_list(usable_set) or 'none'}) are free and no shared core has room"
+            f"needs {what} for {cpus:g} CPUs, but {len(usable_set) - len(free)} of the agent's {len(usable_set)} "
+            f"cores ({format_cpu_list(usable_set) or 'none'}) are held whole and the other tasks run "
+            f"{pool_load(held):g} CPUs on the rest"
         )
-    return CoreGrant(tuple(exclusive), shared, frac if need_shared else 0.0)
+    return CoreGrant(exclusive, pool if on_pool else (), frac if on_pool else 0.0)

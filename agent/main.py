@@ -349,7 +349,7 @@ class Agent:
         sup = self.supervisor
         for ref in forget:
             sup.forget(TaskKey.of(ref))
-        for ins in instructions:
+        for ins in sorted(instructions, key=self._frees_first):
             key = TaskKey.of(ins.ref)
             if ins.kind == node_pb2.INSTRUCTION_KIND_LAUNCH:
                 if ins.task.ref.job_id == 0:
@@ -362,6 +362,14 @@ class Agent:
                 sup.stop(key, ins.stop_grace_s, ins.reason)
         sup.poll()
 
+    def _frees_first(self, ins: node_pb2.Instruction) -> int:
+        """Apply what frees cores before what takes them: a round that shrinks one job and
+        grows or launches another sends both at once, and in the other order the agent would
+        refuse the growth (or the launch) as an over-commit until the daemon repeated it."""
+        if ins.kind == node_pb2.INSTRUCTION_KIND_RESIZE:
+            task = self.supervisor.tasks.get(TaskKey.of(ins.ref))
+            return 0 if task is not None and ins.placement.cpus < task.share.cpus else 2
+        return 1 if ins.kind == node_pb2.INSTRUCTION_KIND_LAUNCH else 0
     # -- the loop -------------------------------------------------------------------------------
     def run(self, waker: Waker) -> int:
         cfg = self.cfg

@@ -72,10 +72,12 @@ class Task:
     throttle_via: str = "quota"
     #: packing: the job whose task's GPUs this task shares (0 = GPUs its own)
     packed_with: int = 0
+    #: why the last RESIZE could not be applied (logged once, not at every repeat); "" after one held
+    resize_failure: str = ""
 
     @property
     def cores(self) -> tuple[int, ...]:
-        """The task's cpuset (its whole cores and its shared core)."""
+        """The task's cpuset (its whole cores and the shared pool)."""
         return self.grant.cores
 
     @property
@@ -92,7 +94,7 @@ class Task:
         return {
             "key": [self.key.job_id, self.key.attempt, self.key.rank], "name": self.name,
             "share": [self.share.gpus, self.share.cpus, self.share.mem_gb], "log_path": str(self.log_path),
-            "phase": self.phase.value, "exclusive": list(g.exclusive), "shared": g.shared, "fraction": g.fraction,
+            "phase": self.phase.value, "exclusive": list(g.exclusive), "shared": list(g.shared), "fraction": g.fraction,
             "gpu_indices": list(self.gpu_indices), "pid": self.pid, "pid_ticks": self.pid_ticks,
             "shim_pid": self.shim_pid, "shim_ticks": self.shim_ticks, "exit_code": self.exit_code,
             "message": self.message, "stop_reason": self.stop_reason, "kill_at_unix": kill_at_unix,
@@ -106,7 +108,7 @@ class Task:
         return cls(
             key=TaskKey(*r["key"]), name=r["name"], share=Share(int(gpus), float(cpus), float(mem_gb)),
             log_path=Path(r["log_path"]), phase=Phase(r["phase"]),
-            grant=CoreGrant(tuple(r["exclusive"]), r["shared"], float(r["fraction"])),
+            grant=CoreGrant(tuple(r["exclusive"]), _shared(r["shared"]), float(r["fraction"])),
             gpu_indices=tuple(r["gpu_indices"]), pid=int(r["pid"]), pid_ticks=int(r["pid_ticks"]),
             shim_pid=int(r["shim_pid"]), shim_ticks=int(r["shim_ticks"]), exit_code=int(r["exit_code"]),
             message=r["message"], stop_reason=r["stop_reason"], started_at=float(r["started_at"]),
@@ -152,3 +154,12 @@ def key_of_cgroup(name: str) -> TaskKey | None:
         return TaskKey(int(parts[0][3:]), int(parts[1][1:]), int(parts[2][1:]))
     except ValueError:
         return None
+
+
+def _shared(value: object) -> tuple[int, ...]:
+    """A record's shared cores: a list, or (state files before the pool) one core or None."""
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(c) for c in value)  # type: ignore[union-attr]

@@ -40,12 +40,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
 from synergy.agent import state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
-from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list
+from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list, pool_of
 from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tree, read_pid, resolve
 from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
     EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
@@ -123,6 +124,28 @@ class Supervisor:
             quota = (share.cpus or len(cores)) / 2**throttle_level
         return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota, pids_max=self.pids_max)
 
+    def _repool(self) -> None:
+        """Move every fractional task onto the shared pool as it is now.
+
+        Whole cores taken from the pool shrink it, whole cores given back (an exit, a smaller
+        resize) widen it; the fractions on it never exceed it while the placements fit the node
+        (cores.py), so each task keeps its quota's worth of CPU time wherever the pool is.
+        """
+        alive = [t for t in self.tasks.values() if t.alive]
+        pool = pool_of(self.cores, [t.grant for t in alive])
+        for t in alive:
+            if not t.grant.shared or t.grant.shared == pool or not pool:
+                continue
+            grant = replace(t.grant, shared=pool)
+            try:
+                self.cgroups.apply(t.cgroup, self._limits(t.share, grant.cores, t.throttle_level, t.throttle_via))
+                if self.cgroups.kind == "none" and t.pid:
+                    pin_tree(t.pid, grant.cores)
+            except CgroupError as exc:
+                event(self.log, "task.move_failed", level=logging.WARNING, task=str(t.key), reason=str(exc))
+                continue
+            t.grant = grant
+
     def set_throttle(self, key: TaskKey, level: int, via: str = "quota") -> bool:
         """Record the contention eliminator's throttle level; with `via="quota"` apply it to the CPU quota.
 
@@ -153,6 +176,7 @@ class Supervisor:
             self._start(task, spec)
         except LaunchError as exc:
             self._fail(task, str(exc))
+        self._repool()
         self.save()
         return task
 
@@ -250,7 +274,7 @@ class Supervisor:
             job=task.name,
             pid=task.pid,
             cores=format_cpu_list(task.cores),
-            shared_core=task.grant.shared,
+            shared=format_cpu_list(task.grant.shared),
             cpus=share.cpus,
             mem_gb=share.mem_gb,
             gpus=list(task.gpu_indices),
@@ -357,10 +381,14 @@ class Supervisor:
             except (CoreError, CgroupError) as exc:
                 why = str(exc)
         if why:
-            event(self.log, "task.resize_failed", level=logging.WARNING, task=str(key), reason=why)
+            # The daemon repeats the instruction every heartbeat until it holds: say each reason once.
+            if why != task.resize_failure:
+                event(self.log, "task.resize_failed", level=logging.WARNING, task=str(key), reason=why)
+            task.resize_failure = why
             return False
         old = task.share
-        task.share, task.grant = new, grant
+        task.share, task.grant, task.resize_failure = new, grant, ""
+        self._repool()
         event(
             self.log,
             "task.resized",
@@ -368,7 +396,7 @@ class Supervisor:
             cpus=f"{old.cpus:g}->{cpus:g}",
             mem_gb=f"{old.mem_gb:g}->{mem_gb:g}",
             cores=format_cpu_list(grant.cores),
-            shared_core=grant.shared,
+            shared=format_cpu_list(grant.shared),
         )
         self.save()
         return True
@@ -474,6 +502,7 @@ class Supervisor:
             task.message = f"{task.message}\n{note}" if task.message else note
         self._remove_cgroup(task)
         self._remove_cache_segments(task)
+        self._repool()
         kind = ("lost" if task.lost else "oom" if oom else "stopped" if task.stop_reason else "ok" if code == 0
                 else "restart" if code == EXIT_RESTART else "failed")
         self.counts.exits[kind] += 1
@@ -626,6 +655,7 @@ class Supervisor:
             event(self.log, "task.moved", level=logging.WARNING, task=str(task.key), cores=f"{old}->"
                   f"{format_cpu_list(grant.cores)}", stopping=task.phase == Phase.STOPPING,
                   reason="the agent's --cpus changed across its restart")
+        self._repool()
         self.save()
 
     # -- bookkeeping ----------------------------------------------------------------------------

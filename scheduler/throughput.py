@@ -59,7 +59,7 @@ def best_case_per_gpu(job: Job, cluster: Cluster) -> tuple[float, float]:
     """The job's demand vector per GPU: best case, but never slower than proportional.
 
     A profile measured below one CPU (rows under 1) may ask for a fraction of a core, which
-    the agent enforces as a CFS quota on a shared core. That is what lets a loading-light job
+    the agent enforces as a CFS quota on the shared pool of cores. That is what lets a loading-light job
     give CPU to a loading-heavy one where the share is below one CPU per GPU (issue 14: on a
     0.5-CPU share, whole-CPU demands cannot tell the two apart). Where every GPU has a whole
     CPU or more, demands stay whole (`whole_cpu_demand`)."""

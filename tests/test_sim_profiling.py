@@ -2,7 +2,7 @@
 placed by the daemon's own core rule (`place_leases`), then the job runs on."""
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from synergy.scheduler.model import EPS, Cluster, Job, Resources, RoundInput, Server
@@ -62,6 +62,10 @@ def test_the_replay_is_deterministic_and_waits_for_gpus_in_arrival_order() -> No
     st.lists(st.tuples(st.integers(1, 2), st.booleans(), st.booleans()), min_size=1, max_size=8),
     st.integers(0, 4),
 )
+# TUNE's revert-everywhere assumed every job's share fits its server; with leases holding
+# part of s0 it did not, and the core raised "job 4 does not fit on server s0".
+@example(servers=[(3, 2), (4, 1)], specs=[(1, False, False), (2, False, True), (1, False, True), (1, False, True),
+                                          (1, True, False)], profiled_before=0)
 def test_a_round_with_leases_never_overcommits_a_server(servers, specs, profiled_before) -> None:
     """What the core allocates plus what leases hold fits every server, round after round,
     and a job is never both under a lease and given an allocation by the core."""
@@ -80,3 +84,21 @@ def test_a_round_with_leases_never_overcommits_a_server(servers, specs, profiled
             assert used.get(s.id, Resources()).fits_in(s.capacity), (k, s, used)
         assert set(leases.under) <= replay.jobs and not set(leases.under) & leases.done
         previous = out.allocations
+
+
+def test_a_running_job_leaves_a_later_arrival_room_to_profile_in() -> None:
+    """Issue 14's dynamic trace: a lone profiled job whose best case is the whole node got all
+    its CPUs, and four arrivals waited for it to end (21 s) with three GPUs free. The round
+    sees a job waiting for a lease at its proportional share, so the lease fits at once."""
+    greedy = curve("greedy", 2.0)  # saturates at 2 CPUs per GPU: the whole 2-core node
+    first = Job(0, "greedy", 1, 0.0, 1e6, greedy)
+    arrivals = [Job(i, "light", 1, 1.0, 1e6, LIGHT) for i in (1, 2, 3)]
+    replay = ProfilingReplay(frozenset({1, 2, 3}), profile_s=4.0)
+    decide = build_scheduler("fifo", "tune").schedule
+    out, leases = profiling_round(RoundInput(0.0, NODE, [first], {}, 2.0), replay, Leases({}), decide)
+    assert out.allocations[0].placements[0].cpus == 2.0  # alone, it gets its best case
+    previous = {0: out.allocations[0]}
+    out, leases = profiling_round(RoundInput(2.0, NODE, [first, *arrivals], previous, 2.0), replay, leases, decide)
+    assert sorted(leases.under) == [1, 2, 3], out.waiting
+    assert out.allocations[0].placements[0].cpus == 0.5  # back to its share, not preempted
+    assert sorted(out.allocations) == [0, 1, 2, 3] and not out.waiting

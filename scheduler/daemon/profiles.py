@@ -27,12 +27,11 @@ from synergy.scheduler.daemon.records import JobRecord
 from synergy.scheduler.jobspec.spec import PROFILER_AUTO, PROFILER_CODA, PROFILER_NONE, PROFILER_SYNERGY
 from synergy.scheduler.model import Cluster
 from synergy.scheduler.profiles.format import SensitivityProfile
+from synergy.scheduler.profiles.knee import knee_profile
 from synergy.scheduler.profiles.zoo import get_profiles
 
 #: Task class -> zoo model standing in for an unprofiled job of that class.
 TASK_STAND_INS = {"image": "resnet18", "language": "lstm", "speech": "m5"}
-#: Seconds per iteration assumed for a job nothing is known about (only SRTF/FTF read it).
-UNKNOWN_ITER_TIME_S = 1.0
 
 
 def load_zoo(path: Path | None) -> dict[str, SensitivityProfile]:
@@ -159,23 +158,9 @@ class ProfileBook:
 
 
 def proportional_profile(job: JobRecord, cluster: Cluster) -> SensitivityProfile:
-    """A profile saturating at the proportional share (or at the user's per-GPU hints).
-
-    Speed falls to half below the knee along each axis and is flat above it, so the
-    mechanisms' best case is exactly the knee and never more.
-    """
+    """A profile saturating at the proportional share (or at the user's per-GPU hints)."""
     c, m, model, task = _knee(job, cluster)
-    factors = (0.5, 1.0, 1.0)
-    return SensitivityProfile(
-        model=model,
-        task=task,
-        cpus_per_gpu=(c / 2, c, 2 * c),
-        mem_gb_per_gpu=(m / 2, m, 2 * m),
-        throughput=tuple(tuple(min(fc, fm) for fm in factors) for fc in factors),
-        reference=(c, m),
-        iter_time_s=UNKNOWN_ITER_TIME_S,
-        source="proportional (no profile known)",
-    )
+    return knee_profile(model, task, c, m)
 
 
 def _knee(job: JobRecord, cluster: Cluster) -> tuple[float, float, str, str]:

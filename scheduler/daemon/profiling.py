@@ -57,6 +57,11 @@ def held_by_profiling(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
     return out
 
 
+def waits_for_lease(job: JobRecord) -> bool:
+    """A job in PROFILING that holds no lease yet (the round sees it at its share, rounds.py)."""
+    return job.state == JobState.PROFILING and not job.placements and not job.spec.cpu_only
+
+
 class ProfilingBook:
     def __init__(
         self,
@@ -79,7 +84,7 @@ class ProfilingBook:
         returns how many were placed."""
         ctx = self.ctx
         with ctx.lock:
-            waiting = sorted((j for j in ctx.store.active_jobs() if j.state == JobState.PROFILING and not j.placements),
+            waiting = sorted((j for j in ctx.store.active_jobs() if waits_for_lease(j)),
                              key=lambda j: (j.submitted_at, j.id))
             if not waiting:
                 return 0

@@ -30,7 +30,8 @@ from synergy.scheduler.daemon.errors import InvalidArgument
 from synergy.scheduler.daemon.jobs import JobBook, fmt_placements, same_share
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
-from synergy.scheduler.daemon.profiling import held_by_profiling
+from synergy.scheduler.daemon.profiles import proportional_profile
+from synergy.scheduler.daemon.profiling import held_by_profiling, waits_for_lease
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, Resources, RoundInput, Server
 from synergy.scheduler.placement.migration import migrated
@@ -144,6 +145,13 @@ class RoundLoop:
             # A job whose GPU types no schedulable node has is the core's to explain (it
             # waits, or is not kept, with the reason), as it is in the simulator.
             core_jobs = [self._core_job(j, cluster) for j in records]
+            # Jobs waiting for a profiling lease (profiling.py) are seen at their proportional
+            # share, so that the round leaves them that room (their allocations go nowhere:
+            # `ProfilingBook` places the leases in what the round leaves free). Unseen, the
+            # round gave everything away, a lone job's best case and leftovers filled a node
+            # with free GPUs, and arrivals waited for it to end (issue 14's dynamic trace).
+            core_jobs += [replace(self._core_job(j, cluster), profile=proportional_profile(j, cluster))
+                          for j in self.ctx.store.active_jobs() if waits_for_lease(j)]
             # Jobs asked to stop are on their way out: they hold no place to keep.
             previous = {
                 j.id: Allocation(j.id, j.placements, packed_with=j.packed_with or None)
@@ -156,10 +164,12 @@ class RoundLoop:
         decision_s = time.perf_counter() - started
         ctx.metrics.decision_seconds.observe(decision_s)
         self.last_decision_s = decision_s
-        placements = {job_id: tuple(alloc.placements) for job_id, alloc in out.allocations.items()}
-        packed = {job_id: a.packed_with for job_id, a in out.allocations.items() if a.packed_with is not None}
-        return Plan(index, now, decision_s, frozenset(j.id for j in records), placements,
-                    dict(out.waiting), packed, out.moves)
+        considered = frozenset(j.id for j in records)
+        allocations = {job_id: a for job_id, a in out.allocations.items() if job_id in considered}
+        placements = {job_id: tuple(alloc.placements) for job_id, alloc in allocations.items()}
+        packed = {job_id: a.packed_with for job_id, a in allocations.items() if a.packed_with is not None}
+        waiting = {job_id: why for job_id, why in out.waiting.items() if job_id in considered}
+        return Plan(index, now, decision_s, considered, placements, waiting, packed, out.moves)
 
     def apply(self, plan: Plan) -> None:
         ctx = self.ctx

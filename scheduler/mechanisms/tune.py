@@ -178,14 +178,21 @@ class _TuneRound:
         Reverting one job at a time can deadlock: a split job below proportional on CPU but
         above on memory needs CPU back on a server whose CPU another over-allocated job holds,
         and vice versa. Released together, every job holds at most its proportional share on
-        every server, which by construction fits.
+        every server, which fits where the server has its whole capacity. Where part of it is
+        out of the round's hands (profiling leases hold it; the share stays the cluster's,
+        `Cluster.share_basis`) the share may not fit: that job keeps what it held, which
+        does (nothing else holds more than before).
         """
         st = self.state
         cp, mp = self.prop
         over = [jid for jid in sorted(self.per_gpu) if self._above_prop(*self.per_gpu[jid])]
         released = {jid: st.release(jid) for jid in over}
         for jid, old in released.items():
-            st.reserve(jid, tuple(Placement(p.server_id, p.gpus, cp * p.gpus, mp * p.gpus) for p in old))
+            new = tuple(Placement(p.server_id, p.gpus, cp * p.gpus, mp * p.gpus) for p in old)
+            if not all(st.fits(st.index[p.server_id], p.gpus, p.cpus, p.mem_gb) for p in new):
+                st.reserve(jid, old)
+                continue
+            st.reserve(jid, new)
             self.per_gpu[jid] = (cp, mp)
             self.reverted.add(jid)
 

@@ -43,7 +43,7 @@ from synergy.scheduler.model import EPS, Cluster, Placement, Resources
 MAX_PROFILE_CPUS = 24
 #: The fewest: a lease measures at least one point besides its start.
 MIN_PROFILE_CPUS = 1
-#: The points below one CPU a lease may measure (CFS quota on a shared core), highest
+#: The points below one CPU a lease may measure (CFS quota on the shared pool), highest
 #: first, where the GPU-proportional share is below one CPU per GPU (`sub_core`).
 SUB_CORE_POINTS = (0.5, 0.25)
 #: The least a lease holds where `sub_core`: the highest point below one CPU, so that it

@@ -3,7 +3,9 @@
 A job profiled live (`ProfilingReplay.jobs`) is not seen by the core until its profile is
 known, exactly as in synergyd (daemon/profiling.py):
 
-* while it waits for room, the round does not see it; once the round is decided, a lease
+* while it waits for room, the round sees it at its proportional share (a profile flat above
+  the share, `profiles/knee.py`), so that the jobs before it leave it that room, and drops
+  its allocation; once the round is decided, a lease
   is placed in what neither the round's allocations nor the other leases hold, by the same
   core function the daemon calls (`placement.profiling.place_leases`, `sub_core` where the
   share is below one CPU per GPU), asks in arrival order;
@@ -26,6 +28,7 @@ from typing import Callable, Mapping
 
 from synergy.scheduler.model import Allocation, Cluster, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
+from synergy.scheduler.profiles.knee import knee_profile
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,18 @@ def profiling_round(
     cluster = inp.cluster
     seen = Cluster(tuple(replace(s, capacity=s.capacity - lease_hold.get(s.id, Resources())) for s in cluster.servers),
                    share_basis=cluster.share_basis or cluster.servers)
-    core_in = replace(inp, cluster=seen, jobs=[j for j in inp.jobs if j.id not in hidden],
+    waiting = sorted((j for j in profiles if j.id not in under), key=lambda j: (j.arrival_s, j.id))
+    # Jobs waiting for a lease are seen at their proportional share (the daemon's rule,
+    # daemon/rounds.py), so that the round leaves them room to be profiled in.
+    share = cluster.proportional_share(1)
+    stand_ins = [replace(j, profile=knee_profile(j.model, j.profile.task, share.cpus, share.mem_gb)) for j in waiting]
+    core_in = replace(inp, cluster=seen, jobs=[j for j in inp.jobs if j.id not in hidden] + stand_ins,
                       previous={jid: a for jid, a in inp.previous.items() if jid not in hidden})
     out = decide(core_in)
+    out = replace(out, allocations={jid: a for jid, a in out.allocations.items() if jid not in hidden},
+                  waiting={jid: why for jid, why in out.waiting.items() if jid not in hidden},
+                  reverted=frozenset(out.reverted - hidden))
     held = _held([*out.allocations.values(), *(alloc for alloc, _ in under.values())])
-    waiting = sorted((j for j in profiles if j.id not in under), key=lambda j: (j.arrival_s, j.id))
     asks = [ProfilingAsk(j.id, j.gpus, j.gpu_types) for j in waiting]
     for jid, p in place_leases(asks, cluster, held, sub_core=sub_core(cluster)).items():
         under[jid] = (Allocation(jid, (p,)), t)

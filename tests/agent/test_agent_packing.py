@@ -14,6 +14,7 @@ import pytest
 
 from agent_harness import cpus_allowed
 from synergy.agent.cgroups import Cgroups, detect
+from synergy.agent.cores import format_cpu_list
 from synergy.agent.tasks import LAUNCH_FAILED, Phase, Supervisor, Task, TaskKey
 from synergyd_harness import wait_for
 from synergy.v1 import common_pb2, node_pb2
@@ -73,7 +74,8 @@ def test_a_packed_task_shares_its_hosts_gpu_with_cores_and_memory_of_its_own(cg:
             wait_for(lambda: _visible(t) is not None, timeout=30, what=f"job {t.key.job_id} to start")
             assert _visible(t) == "0"
         assert not set(host.cores) & set(partner.cores)  # each its own cores, in its own cgroup
-        wait_for(lambda: cpus_allowed(partner.pid) == str(partner.grant.shared), timeout=30, what="affinity")
+        wait_for(lambda: cpus_allowed(partner.pid) == format_cpu_list(partner.grant.shared), timeout=30,
+                 what="affinity")
         assert cpus_allowed(host.pid) == str(host.grant.exclusive[0])
         if cg.kind != "none":
             assert _memory_limit(cg, host) == 256 * 1024**2 and _memory_limit(cg, partner) == 512 * 1024**2

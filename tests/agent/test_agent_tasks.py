@@ -12,7 +12,7 @@ import pytest
 
 from agent_harness import alive, cpus_allowed
 from synergy.agent.cgroups import Cgroups, detect
-from synergy.agent.cores import parse_cpu_list
+from synergy.agent.cores import format_cpu_list, parse_cpu_list
 from synergy.agent.report import task_status
 from synergy.agent.tasks import EXIT_LOST, LAUNCH_FAILED, Phase, Supervisor, TaskKey
 from synergyd_harness import wait_for
@@ -108,22 +108,34 @@ def test_four_half_cpu_tasks_share_two_cores_each_with_its_quota(tmp_path: Path)
     try:
         tasks = [s.launch(_spec(j, cpus=0.5, mem_gb=0.25)) for j in range(1, 5)]
         assert all(t.phase == Phase.RUNNING for t in tasks), [t.message for t in tasks]
-        assert sorted(t.grant.shared for t in tasks) == sorted([CORES[0], CORES[1]] * 2)
+        both = format_cpu_list(CORES[:2])
+        assert all(t.grant.shared == CORES[:2] for t in tasks)
         for t in tasks:
-            wait_for(lambda: cpus_allowed(t.pid) == str(t.grant.shared), timeout=30, what="affinity")
+            wait_for(lambda: cpus_allowed(t.pid) == both, timeout=30, what="affinity")
             if cg.kind == "v1":
                 quota = (cg._dir("cpu", t.cgroup) / "cpu.cfs_quota_us").read_text().strip()
                 period = (cg._dir("cpu", t.cgroup) / "cpu.cfs_period_us").read_text().strip()
                 assert int(quota) == int(period) // 2
-        # whole cores stay exclusive: a 1-CPU task does not fit beside shared cores
+        # the node is full: a 1-CPU task does not fit
         t = s.launch(_spec(9, cpus=1, gpus=0, mem_gb=0.25))
-        assert t.phase == Phase.EXITED and "needs 1 exclusive cores" in t.message
+        assert t.phase == Phase.EXITED and "needs 1 whole cores" in t.message
         s.stop(tasks[0].key, 0, "test")
-        s.stop(tasks[1].key, 0, "test")
-        for k in (tasks[0].key, tasks[1].key):
+        s.stop(tasks[2].key, 0, "test")
+        for k in (tasks[0].key, tasks[2].key):
             _until_exited(s, k)
+        # a whole core comes out of the pool; the two halves left move onto the other core
         t = s.launch(_spec(10, cpus=1, gpus=0, mem_gb=0.25))
-        assert t.phase == Phase.RUNNING and t.grant.exclusive and t.grant.shared is None
+        assert t.phase == Phase.RUNNING and len(t.grant.exclusive) == 1 and t.grant.shared == ()
+        rest = tuple(c for c in CORES[:2] if c not in t.grant.exclusive)
+        for left in (tasks[1], tasks[3]):
+            assert left.grant.shared == rest
+            wait_for(lambda: cpus_allowed(left.pid) == format_cpu_list(rest), timeout=30, what="affinity")
+        wait_for(lambda: cpus_allowed(t.pid) == format_cpu_list(t.grant.exclusive), timeout=30, what="affinity")
+        # and goes back to it when the whole task ends
+        s.stop(t.key, 0, "test")
+        _until_exited(s, t.key)
+        assert tasks[1].grant.shared == CORES[:2]
+        wait_for(lambda: cpus_allowed(tasks[1].pid) == both, timeout=30, what="affinity")
     finally:
         s.shutdown(0)
         cg.teardown()

@@ -14,7 +14,8 @@ import pytest
 
 from synergy.common import contract
 from synergy.agent.config import ConfigError, from_args, parse_size_gb
-from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list, parse_cpu_list, shared_load, split_cpus
+from synergy.agent.cores import (CoreError, CoreGrant, choose_cores, format_cpu_list, parse_cpu_list, pool_load, pool_of,
+                                 split_cpus)
 from synergy.agent.tasks import log_tail
 
 
@@ -68,38 +69,57 @@ def test_whole_cores_are_exclusive_and_resizes_keep_theirs() -> None:
     # a resize keeps the task's own cores first
     assert choose_cores(3, usable, [CoreGrant((0,))], keep=CoreGrant((5, 6))).exclusive == (1, 5, 6)
     assert choose_cores(1, usable, [CoreGrant((0,))], keep=CoreGrant((5, 6))).exclusive == (5,)
-    with pytest.raises(CoreError, match="needs 3 exclusive cores.*only 2"):
+    with pytest.raises(CoreError, match="needs 3 whole cores.*2 of the agent.s 4 cores .0-3. are held whole"):
         choose_cores(3, range(4), held)
 
 
-def test_fractions_share_a_core_that_is_never_given_out_whole() -> None:
+def test_fractions_run_on_the_pool_of_cores_nobody_holds_whole() -> None:
     assert split_cpus(2.5) == (2, 0.5) and split_cpus(2.0) == (2, 0.0) and split_cpus(0) == (0, 0.0)
     with pytest.raises(CoreError, match="placement.cpus"):
         split_cpus(-1)
     g = choose_cores(2.5, range(8), [CoreGrant((0, 1))])
-    assert g == CoreGrant((2, 3), shared=7, fraction=0.5) and g.cores == (2, 3, 7)
-    # four 0.5-CPU tasks on two cores: two per core, packed (best fit)
+    assert g == CoreGrant((2, 3), shared=(4, 5, 6, 7), fraction=0.5) and g.cores == (2, 3, 4, 5, 6, 7)
+    # four 0.5-CPU tasks on two cores: all on the pool of both, their quotas filling it
     held: list[CoreGrant] = []
     for _ in range(4):
         held.append(choose_cores(0.5, range(2), held))
-    assert sorted(g.shared for g in held) == [0, 0, 1, 1] and all(not g.exclusive for g in held)
-    assert shared_load(held) == {0: 1.0, 1: 1.0}
-    with pytest.raises(CoreError, match="0.5 of a shared core"):
+    assert all(g.shared == (0, 1) and not g.exclusive for g in held)
+    assert pool_load(held) == 2.0 and pool_of(range(2), held) == (0, 1)
+    with pytest.raises(CoreError, match="0.5 CPU on the shared pool.*run 2 CPUs on the rest"):
         choose_cores(0.5, range(2), held)
-    # a core hosting fractions never goes whole to anyone, and a whole core never hosts one
-    part = [choose_cores(0.3, range(3), [])]
-    assert part[0].shared == 2
-    whole = choose_cores(2, range(3), part)
-    assert whole.exclusive == (0, 1) and whole.shared is None
-    with pytest.raises(CoreError):
-        choose_cores(1, range(3), part + [whole])
-    assert choose_cores(0.7, range(3), part + [whole]).shared == 2  # 0.3 + 0.7 fits
-    assert choose_cores(0.1 + 0.2, range(1), [CoreGrant((), 0, 0.7)]).shared == 0  # float sums
-    # a resize keeps its shared core while it fits, and may turn it into a whole core
-    mine = CoreGrant((), 1, 0.5)
-    assert choose_cores(0.8, range(2), [CoreGrant((), 0, 0.5)], keep=mine) == CoreGrant((), 1, 0.8)
-    assert choose_cores(1, range(2), [CoreGrant((), 0, 0.5)], keep=mine) == CoreGrant((1,))
-    assert choose_cores(0, range(2), []).shared == 1  # 0 CPUs still run somewhere
+    with pytest.raises(CoreError, match="1 whole cores"):
+        choose_cores(1, range(2), held[:3])  # 1.5 on the pool would not fit the one core left
+    # a whole core comes out of the pool while what runs there still fits the rest
+    whole = choose_cores(1, range(2), held[:2])
+    assert whole.exclusive == (0,) and whole.shared == () and pool_of(range(2), held[:2] + [whole]) == (1,)
+    assert choose_cores(0.1 + 0.2, range(1), [CoreGrant((), (0,), 0.7)]).shared == (0,)  # float sums
+    # a resize keeps its whole cores, and may turn its fraction into a whole core
+    mine = CoreGrant((1,), (), 0.0)
+    assert choose_cores(1.5, range(3), [CoreGrant((), (0, 2), 0.5)], keep=mine) == CoreGrant((1,), (0, 2), 0.5)
+    assert choose_cores(1, range(2), [CoreGrant((), (0, 1), 0.5)], keep=CoreGrant((), (0, 1), 0.5)).exclusive == (0,)
+    assert choose_cores(0, range(2), []).shared == (0, 1)  # 0 CPUs still run somewhere
+    with pytest.raises(CoreError, match="a core to run on"):
+        choose_cores(0, range(2), [CoreGrant((0, 1))])
+
+
+def test_any_placement_that_fits_the_node_gets_cores_whatever_came_before() -> None:
+    """The physical run's sequence (issue 14): TUNE resized one of four 1-GPU jobs on a 2-core
+    node to a whole CPU (0.5 + 0.25 + 0.25 on the rest). With each fraction packed onto one
+    core, the others sat on both cores and the resize failed for 8 s; three 0.6s never fit."""
+    held = [choose_cores(c, range(2), []) for c in (0.5,)]
+    for c in (0.25, 0.25, 0.25):
+        held.append(choose_cores(c, range(2), held))
+    big = choose_cores(1, range(2), held[:2] + held[3:], keep=held[2])
+    assert len(big.exclusive) == 1 and pool_of(range(2), held[:2] + held[3:] + [big]) != ()
+    three: list[CoreGrant] = []
+    for _ in range(3):
+        three.append(choose_cores(0.6, range(2), three))
+    assert pool_load(three) == pytest.approx(1.8)
+    # 0.75 + 0.5 + 0.25 already there, 0.5 more: 2 CPUs on 2 cores
+    held = []
+    for c in (0.75, 0.5, 0.25, 0.5):
+        held.append(choose_cores(c, range(2), held))
+    assert pool_load(held) == pytest.approx(2.0)
 
 
 def test_sizes() -> None:

@@ -268,3 +268,35 @@ def test_a_lease_holds_its_whole_room_while_it_measures_a_lower_point() -> None:
     with logic.ctx.lock:
         held = held_by_profiling(logic.ctx.store.active_jobs())
     assert held["n"].cpus == 2.0, (held, others)
+
+
+def test_a_running_job_leaves_an_arrival_room_for_its_profiling_lease() -> None:
+    """Issue 14's dynamic trace: the first job, profiled and alone, got its best case (both
+    of the node's CPUs) and four arrivals waited 21 s for it to end with three GPUs free: the
+    round did not see jobs waiting for a lease. Now it sees them at their share, the running
+    job is resized down in place (not preempted), and the arrival's lease fits."""
+    logic = _logic(mechanism="tune")
+    node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    first = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                      checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 1
+    node.heartbeat()
+    logic.leases.register_process(first, first, 1, 0, 1)
+    assert logic.leases.report_profile(first, first, _profile_doc([(0.5, 5.0), (1, 10.0), (2, 20.0)])) == "profiled"
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    node.heartbeat()
+    assert logic.jobs.get(first).placements[0].cpus == 2.0  # alone: its best case, the whole node
+    arrival = logic.jobs.submit(JobSpec(name="q", command=("train", "--other"), gpus=1, profiler="synergy",
+                                        checkpoint_dir="/tmp/ckpt")).id  # not the profile store's to answer
+    assert logic.profiling.place() == 0  # no room now: the running job holds every CPU
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    node.heartbeat()
+    assert logic.profiling.place() == 1, [t.reason for t in logic.jobs.get(arrival).history]
+    j = logic.jobs.get(first)
+    assert j.state == JobState.RUNNING and not j.stopping and j.attempt == 1 and j.preemptions == 0
+    lease = logic.jobs.get(arrival).placements
+    assert lease and j.placements[0].cpus + lease[0].cpus <= 2 + 1e-9, (j.placements, lease)
