@@ -245,3 +245,27 @@ def test_decisions_do_not_depend_on_the_interpreters_hash_seed(tmp_path: Path) -
         outputs.append(done.stdout)
     assert outputs[0].count("Allocation(") > 20
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_tune_makes_room_for_a_split_job_without_undoing_an_earlier_piece() -> None:
+    """Found by test_core_is_deterministic in CI: to fit job 50 across servers, TUNE reverted
+    jobs on one server after choosing a piece on another, and the split job 28 it reverted took
+    memory back on the first server, so the piece no longer fitted and the core raised "job 50
+    does not fit on server s3". The pieces are now collected again until all still fit."""
+    cluster = Cluster(tuple(Server(f"s{i}", Resources(8, 32, 500.0)) for i in range(5)))
+    jobs = [
+        Job(28, "p", 16, 0.0, 1000.0, make_profile("p", 6.0, 0.0, 0.2, alpha=0.6)),
+        Job(46, "p", 8, 0.0, 1000.0, make_profile("p", 2.0, 200.0, 0.5, alpha=0.6)),
+        Job(50, "p", 8, 0.0, 1000.0, make_profile("p", 2.0, 0.0, 0.2, alpha=0.6)),
+    ]
+    sched = Scheduler(Fifo(), Tune())
+    first = sched.schedule(RoundInput(0.0, cluster, jobs))
+    second = sched.schedule(RoundInput(0.0, cluster, jobs, dict(first.allocations)))
+    assert sorted(second.allocations) == [28, 46, 50]
+    for s in cluster.servers:
+        used = Resources()
+        for alloc in second.allocations.values():
+            for sid, r in alloc.held:
+                if sid == s.id:
+                    used = used + r
+        assert used.fits_in(s.capacity), (s.id, used)

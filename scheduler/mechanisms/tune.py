@@ -130,6 +130,19 @@ class _TuneRound:
                 return (Placement(st.ids[i], job.gpus, c * job.gpus, m * job.gpus),)
         if job.gpus == 1:
             return None
+        # Reverting a split job to make room on a later server changes what it holds on the
+        # earlier ones too (a job below its share on CPU and above on memory takes CPU back
+        # there), so a piece found first may no longer fit: collect again until the pieces
+        # found all still fit (each pass reverts jobs for good, so this ends).
+        for _ in range(len(self.per_gpu) + 1):
+            pieces = self._pieces(job, c, m)
+            if pieces is None or all(st.fits(st.index[p.server_id], p.gpus, p.cpus, p.mem_gb) for p in pieces):
+                return pieces
+        return None
+
+    def _pieces(self, job: Job, c: float, m: float) -> tuple[Placement, ...] | None:
+        """A split placement for `job`, fewest servers by free GPUs, making room as it goes."""
+        st = self.state
         pieces: list[Placement] = []
         need = job.gpus
         for i in list(st.by_free_gpus(1, descending=True)):
