@@ -502,7 +502,6 @@ class Supervisor:
             task.message = f"{task.message}\n{note}" if task.message else note
         self._remove_cgroup(task)
         self._remove_cache_segments(task)
-        self._repool()
         kind = ("lost" if task.lost else "oom" if oom else "stopped" if task.stop_reason else "ok" if code == 0
                 else "restart" if code == EXIT_RESTART else "failed")
         self.counts.exits[kind] += 1
@@ -518,6 +517,7 @@ class Supervisor:
             adopted=task.adopted,
             runtime_s=round(time.time() - task.started_at, 3),
         )
+        self._repool()  # its whole cores, if any, go back to the pool
 
     def _remove_cache_segments(self, task: Task) -> None:
         """Unlink the /dev/shm MinIO cache segments whose owner process is gone: a job killed by
