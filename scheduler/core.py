@@ -12,11 +12,13 @@ from synergy.scheduler.arrays.cpu_array import ArrayDecision, CpuArray, is_cpu_s
 from synergy.scheduler.elastic.scaling import base_gpus
 from synergy.scheduler.loaning.passes import place_on_loaned, split_loaned
 from synergy.scheduler.mechanisms.base import Mechanism
+from synergy.scheduler.mechanisms.leftover import hand_out
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous, why_moved
 from synergy.scheduler.placement.packing import pack_per_type
+from synergy.scheduler.placement.surplus import stay_on_surplus
 from synergy.scheduler.policies.base import Policy
 from synergy.scheduler.profiles.pairs import PairTable
 
@@ -40,15 +42,23 @@ class Scheduler:
     #: Tesserae's packing (placement/packing.py): pending jobs share the GPUs of placed ones
     #: when this pairwise profile says the pair gains; None = no GPU is ever shared.
     pairs: PairTable | None = None
+    #: With a mechanism whose surplus above the GPU-proportional share is a bonus (it
+    #: declares `redistribute`: TUNE, OPT), a job the plan moves off a node whose GPUs are
+    #: still free, only because co-located jobs' surplus fills it, goes back there and
+    #: those jobs are trimmed toward their share (placement/surplus.py). False: the
+    #: relabelled plan as it is.
+    stay_over_surplus: bool = True
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans) get their own passes here; this release schedules
         # training jobs (fixed-size, and elastic ones sized by Lyra's two phases) on GPU
         # servers, then CODA's CPU array: CPU-only jobs on CPU servers and on what training
-        # leaves (or holds above its proportional share) on GPU servers. On a typed cluster
-        # each job runs on one GPU type it accepts (placement/gpu_types.py).
+        # leaves (or holds above its proportional share) on GPU servers, then (TUNE) what is
+        # still free to co-located jobs that speed up with it. On a typed cluster each job
+        # runs on one GPU type it accepts (placement/gpu_types.py).
         verdicts = {s.id: run_filters(self.filters, s, inp) for s in inp.cluster.servers}
         jobs = [j for j in inp.jobs if j.kind in GPU_KINDS]
+        by_id = {j.id: j for j in jobs}
         kept = _kept_in_place(jobs, inp.previous, verdicts)
         cluster = _open_cluster(inp.cluster, verdicts, kept)
         out = RoundOutput({})
@@ -65,13 +75,23 @@ class Scheduler:
                 out = replace(out, allocations=pack_per_type(out.allocations, ordered, own, self.pairs))
             if self.relabel is not None and inp.previous and own.servers:
                 out = replace(out, allocations=self.relabel(out.allocations, inp.previous, own))
+                if self.stay_over_surplus and getattr(self.mechanism, "redistribute", False):
+                    out = replace(out, allocations=stay_on_surplus(
+                        out.allocations, inp.previous, own, by_id, trimmable=by_id.keys()))
         # Every job a GPU job (the common round): no CPU-only job to look for.
         cpu_jobs = [] if len(jobs) == len(inp.jobs) else [j for j in inp.jobs if j.kind == JobKind.CPU_ONLY]
         array = _cpu_array_pass(self.cpu_array, inp, cpu_jobs, verdicts, out.allocations, kept, cluster)
-        allocations = {**array.training, **kept}
         cpu_allocs, cpu_waiting = array.allocations, array.waiting
+        training = array.training
+        # Leftovers last (mechanisms/leftover.py): every real demand above has been placed on
+        # what the plan left free, so CPU and memory nobody asked for never starve a packed
+        # guest, a job staying where it ran or a CPU-only job, and never count as taken.
+        if getattr(self.mechanism, "redistribute", False) and training and cluster.servers:
+            training = hand_out(training, by_id, cluster, cpu_allocs.values(), inp.previous)
+        allocations = {**training, **kept}
         waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)
-        moves = why_moved(allocations, inp.previous, cluster) if inp.previous else {}
+        # A move is explained by the plan, before leftovers: they were handed out after it.
+        moves = why_moved({**array.training, **kept}, inp.previous, cluster) if inp.previous else {}
         return RoundOutput({**allocations, **cpu_allocs}, waiting, out.reverted, moves)
 
 

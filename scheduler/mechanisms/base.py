@@ -22,6 +22,12 @@ class Mechanism(Protocol):
     #: shell may reuse last round's answer after arrivals that are all passed over. Shells
     #: read it with getattr(..., False): a mechanism that does not say is never skipped.
     runnable_only: ClassVar[bool]
+    #: Optional (shells and the core read it with getattr(..., False)): True when the CPU
+    #: and memory nobody demanded should go to co-located jobs that speed up with them. The
+    #: core then hands them out last in the round (mechanisms/leftover.py); `allocate`'s
+    #: answer holds demands only, so packed guests, jobs kept where they ran and CPU-only
+    #: jobs see the leftovers as free.
+    #: redistribute: bool
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
         ...

@@ -6,25 +6,34 @@ proportional even when half of what it wanted is free. §5.3.2 describes the beh
 want ("the unallocated CPU and memory is assigned to the jobs that benefit from additional
 auxiliary resources"), which is also how the §2.1 example reaches Table 3. This step only
 adds resources, so no job slows down and the GPU-proportional guarantee still holds.
+
+Leftovers are a bonus, handed out last (issue 14). The core runs this step after everything
+that places a real demand: the mechanism's packing, packed guests (placement/packing.py),
+keeping running jobs where they ran (placement/migration.py's `stay_put`) and CODA's CPU
+array (arrays/cpu_array.py). Handed out inside the mechanism instead, they filled small GPU
+nodes (every CPU and GB to the one training job there), so a CPU-only job or a packed guest
+found "0 CPUs, 0 GB" free, and a job that ran on the node found no room to stay. A round
+decides from scratch, so last round's leftovers are taken back whenever this round's
+demands need them: they never count as held when the next round decides.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
-from synergy.scheduler.model import EPS, Job, Placement
+from synergy.scheduler.model import EPS, Allocation, Cluster, Job, Placement
+from synergy.scheduler.placement.gpu_types import on_type
 from synergy.scheduler.state import ClusterState
 
 
 def redistribute(state: ClusterState, jobs: Mapping[int, Job]) -> set[int]:
-    """Top up single-server jobs toward their saturating demand; returns the ids changed.
-
-    Split jobs are left alone: their share must stay proportional on every server.
-    """
+    """Top up single-server jobs of `jobs` toward their saturating demand; returns the ids
+    changed. Other holders in `state` (split jobs, jobs not in `jobs`) are left alone: a
+    split job's share must stay proportional on every server."""
     changed: set[int] = set()
     for i in range(len(state.ids)):
         if state.free_c[i] <= EPS and state.free_m[i] <= EPS:
             continue
-        local = [jid for jid in sorted(state.on_server[i]) if len(state.held[jid]) == 1]
+        local = [jid for jid in sorted(state.on_server[i]) if jid in jobs and len(state.held[jid]) == 1]
         # Largest possible gain first: what the job would gain from all that is free here.
         gains = []
         for jid in local:
@@ -44,3 +53,46 @@ def redistribute(state: ClusterState, jobs: Mapping[int, Job]) -> set[int]:
             state.reserve(jid, (Placement(p.server_id, p.gpus, cpus, mem),))
             changed.add(jid)
     return changed
+
+
+def hand_out(
+    allocations: Mapping[int, Allocation], jobs: Mapping[int, Job], cluster: Cluster,
+    others: Iterable[Allocation] = (), previous: Mapping[int, Allocation] | None = None,
+) -> dict[int, Allocation]:
+    """The round's GPU-job `allocations` on `cluster` (its open GPU servers) with what is
+    still free there handed out by `redistribute`.
+
+    `others` (CPU-only jobs' allocations) only take room; placements off `cluster` are
+    ignored. A packed pair takes room but gets nothing more: its GPUs are time-shared, and
+    what more CPU or memory buys it is not what the job's own profile says. On a typed
+    cluster each job is sized with its profile on its server's GPU type. A job whose
+    allocation ends up equal to its `previous` one gets that very object back (the shells
+    compare allocations by identity first).
+    """
+    state = ClusterState(cluster)
+    hosts = {a.packed_with for a in allocations.values() if a.packed_with is not None}
+    eligible: dict[int, Job] = {}
+    for jid in sorted(allocations):  # one summation order, whatever order the plan comes in
+        alloc = allocations[jid]
+        pieces = tuple(Placement(p.server_id, 0 if alloc.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
+                       for p in alloc.placements if p.server_id in state.index)
+        if not pieces:
+            continue
+        state.reserve(jid, pieces)
+        job = jobs.get(jid)
+        if (job is not None and len(pieces) == 1 == len(alloc.placements) and pieces[0].gpus > 0
+                and alloc.packed_with is None and jid not in hosts):
+            eligible[jid] = on_type(job, cluster.gpu_type_of(pieces[0].server_id)) if cluster.typed else job
+    for alloc in sorted(others, key=lambda a: a.job_id):
+        pieces = tuple(p for p in alloc.placements if p.server_id in state.index)
+        if pieces and alloc.job_id not in state.held:
+            state.reserve(alloc.job_id, pieces)
+    changed = redistribute(state, eligible)
+    if not changed:
+        return dict(allocations)
+    out = dict(allocations)
+    for jid in changed:
+        new = out[jid].with_placements(state.held[jid])
+        prev = previous.get(jid) if previous else None
+        out[jid] = prev if prev is not None and prev == new else new
+    return out
