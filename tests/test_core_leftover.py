@@ -1,11 +1,12 @@
-"""Leftovers are a bonus (issue 14): handed out last, taken back for any real demand.
+"""Leftovers are a bonus (issue 14): never taken from a CPU-only job or a packed guest.
 
 On small GPU nodes (4 GPUs, 2 CPUs, 8 GB) TUNE's leftover step used to hand every CPU and
 GB of a node to the training job there, inside the mechanism: a CPU-only job found "the
-largest free slot is 0 CPUs, 0 GB" and was preempted, a profitable pair was never packed,
-and a job that ran beside others found no room to stay. The core now hands leftovers out
-after packing, stay-put and the CPU array, and a job's surplus above its share does not
-push a co-located job off the node it ran on (`make demo`'s churn).
+largest free slot is 0 CPUs, 0 GB" and was preempted, and a profitable pair was never
+packed. The core now hands leftovers out after packing and takes them back before the CPU
+array (mechanisms/leftover.py), and a job's surplus above its share does not push a
+co-located job off the node it ran on where the surplus is worth nothing (`make demo`'s
+churn; placement/surplus.py).
 """
 from __future__ import annotations
 

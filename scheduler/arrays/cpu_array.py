@@ -10,9 +10,8 @@ them. Here, each round, after the training mechanism has decided:
   with `trim_training`, what TUNE gave a training job above its GPU-proportional share
   (its best case: placement/surplus.py): such a job is trimmed, never below proportional
   CPUs per GPU and never below its GPU-proportional speed (checked on its profile), so
-  training keeps Synergy's guarantee. Leftovers are not handed out yet when the array
-  decides (mechanisms/leftover.py: the core hands them out last), so what nobody demanded
-  is idle here, memory included;
+  training keeps Synergy's guarantee. The core hands leftovers out after the array
+  (mechanisms/leftover.py), so what nobody demanded is idle here, memory included;
 * a CPU-only job that ran last round keeps its server if it still fits (no churn), then the
   rest go by DRF progressive filling (`arrays/drf.py`) onto the first server that fits:
   CPU servers first, then idle CPUs of GPU servers, then trimmed ones;

@@ -43,10 +43,10 @@ The deployed allocation. TUNE's own allocation joins the candidates (the greedy 
 program 2's answer): program 2 only chooses between a job's ideal and its proportional
 share, while TUNE may settle on a third cell or between cells. Each candidate is judged as
 deployed, with the CPU and memory it leaves unallocated handed out (`leftover.redistribute`,
-the step the core runs at the end of the round for OPT as for TUNE); the candidate that
-places most jobs with the largest sum of speedups wins, so the deployed OPT is never below
-TUNE and never above `upper_bound`. OPT answers with the winner's demands alone: the core
-hands the leftovers out after packed guests, jobs kept where they ran and CPU-only jobs.
+the step the core runs for OPT as for TUNE); the candidate that places most jobs with the
+largest sum of speedups wins, so the deployed OPT is never below TUNE and never above
+`upper_bound`. OPT answers with the winner's demands alone: the core hands the leftovers
+out so that packed guests and CPU-only jobs never find them taken.
 
 Cost (2-core machine, 128 GPUs, 256 queued jobs). Program 1: 5-60 ms. Program 2 is the
 expensive part: on 16 servers CP-SAT seldom improves on the repaired greedy within a

@@ -12,8 +12,8 @@
 Every job therefore ends with at least its GPU-proportional throughput.
 
 CPU and memory nobody demanded (§5.3.2) are not handed out here: with `redistribute` the
-core hands them out at the end of the round (mechanisms/leftover.py), after packed guests,
-jobs kept where they ran and CPU-only jobs have taken what they need.
+core hands them out (mechanisms/leftover.py), so that packed guests and CPU-only jobs never
+find them taken.
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ class Tune:
     #: Only `runnable_by_gpu`'s jobs are packed (mechanisms/base.py).
     runnable_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
-    #: At the end of the round, the core gives CPU and memory nobody demanded to co-located
-    #: jobs that benefit (§5.3.2; mechanisms/leftover.py). `allocate` itself never does:
-    #: its answer holds demands only. False gives §4.2's packing alone.
+    #: The core gives CPU and memory nobody demanded to co-located jobs that benefit
+    #: (§5.3.2; mechanisms/leftover.py). `allocate` itself never does: its answer holds
+    #: demands only. False gives §4.2's packing alone.
     redistribute: bool = True
     #: Score last the servers a placement would leave with GPUs but not enough CPU or
     #: memory for the round's smallest demand (placement/scorers.py: avoid_stranding).
