@@ -84,23 +84,29 @@ def hand_out(
     compare allocations by identity first).
     """
     state = ClusterState(cluster)
+    index, typed = state.index, cluster.typed
     hosts = {a.packed_with for a in allocations.values() if a.packed_with is not None}
     eligible: dict[int, Job] = {}
+    plan: list[tuple[int, tuple[Placement, ...]]] = []
     for jid in sorted(allocations):  # one summation order, whatever order the plan comes in
         alloc = allocations[jid]
-        pieces = tuple(Placement(p.server_id, 0 if alloc.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
-                       for p in alloc.placements if p.server_id in state.index)
-        if not pieces:
-            continue
-        state.reserve(jid, pieces)
+        pieces = alloc.placements
+        if alloc.packed_with is not None or not all(p.server_id in index for p in pieces):
+            # GPUs counted once (a guest's are its host's); only what lies on `cluster`.
+            pieces = tuple(Placement(p.server_id, 0 if alloc.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
+                           for p in pieces if p.server_id in index)
+            if not pieces:
+                continue
+        plan.append((jid, pieces))
         job = jobs.get(jid)
         if (job is not None and len(pieces) == 1 == len(alloc.placements) and pieces[0].gpus > 0
                 and alloc.packed_with is None and jid not in hosts):
-            eligible[jid] = on_type(job, cluster.gpu_type_of(pieces[0].server_id)) if cluster.typed else job
+            eligible[jid] = on_type(job, cluster.gpu_type_of(pieces[0].server_id)) if typed else job
     for alloc in sorted(others, key=lambda a: a.job_id):
-        pieces = tuple(p for p in alloc.placements if p.server_id in state.index)
-        if pieces and alloc.job_id not in state.held:
-            state.reserve(alloc.job_id, pieces)
+        pieces = tuple(p for p in alloc.placements if p.server_id in index)
+        if pieces and alloc.job_id not in allocations:
+            plan.append((alloc.job_id, pieces))
+    state.hold(plan)
     changed = redistribute(state, eligible)
     if not changed:
         return dict(allocations)

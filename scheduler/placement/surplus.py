@@ -59,9 +59,20 @@ def stay_on_surplus(
     jobs and jobs whose GPU count or GPU type changed are left moving.
     """
     caps = {s.id: s.capacity for s in cluster.servers}
+    hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
+    movers = []  # the cheap test first: most rounds move no such job
+    for jid, alloc in plan.items():
+        prev = previous.get(jid)
+        if prev is None or len(prev.placements) != 1 or len(alloc.placements) != 1:
+            continue
+        was, now = prev.placements[0], alloc.placements[0]
+        if (was.server_id != now.server_id and was.gpus == now.gpus and was.server_id in caps
+                and alloc.packed_with is None and prev.packed_with is None and jid not in hosts):
+            movers.append(jid)
+    if not movers:
+        return dict(plan)
     load: dict[str, list[float]] = {sid: [0.0, 0.0, 0.0] for sid in caps}
     on_server: dict[str, list[int]] = {sid: [] for sid in caps}
-    hosts = {a.packed_with for a in plan.values() if a.packed_with is not None}
     for jid in sorted(plan):
         alloc = plan[jid]
         for sid, res in alloc.held:
@@ -75,15 +86,10 @@ def stay_on_surplus(
             if sid in on_server:
                 on_server[sid].append(jid)
     out = dict(plan)
-    for jid in sorted(plan):
-        prev, alloc = previous.get(jid), out[jid]
-        if (prev is None or len(prev.placements) != 1 or len(alloc.placements) != 1
-                or alloc.packed_with is not None or prev.packed_with is not None or jid in hosts):
-            continue
+    for jid in sorted(movers):
+        prev, alloc = previous[jid], out[jid]
         was, now = prev.placements[0], alloc.placements[0]
         home = was.server_id
-        if home == now.server_id or was.gpus != now.gpus or home not in caps:
-            continue
         if cluster.typed and cluster.gpu_type_of(home) != cluster.gpu_type_of(now.server_id):
             continue
         cap, (g, c, m) = caps[home], load[home]
