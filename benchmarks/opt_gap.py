@@ -18,6 +18,7 @@ import time
 
 from round_latency import make_jobs
 
+from synergy.scheduler.mechanisms.leftover import hand_out
 from synergy.scheduler.mechanisms.opt import Opt
 from synergy.scheduler.mechanisms.tune import Tune
 from synergy.scheduler.model import Cluster, Job, RoundInput, RoundOutput
@@ -26,8 +27,10 @@ from synergy.scheduler.throughput import proportional_speed, speed
 
 
 def total_speedup(out: RoundOutput, jobs: list[Job], cluster: Cluster) -> float:
+    """As deployed: with the leftovers the core hands out after the mechanism."""
     by_id = {j.id: j for j in jobs}
-    return sum(speed(by_id[i], a) / proportional_speed(by_id[i], cluster) for i, a in out.allocations.items())
+    allocations = hand_out(out.allocations, by_id, cluster)
+    return sum(speed(by_id[i], a) / proportional_speed(by_id[i], cluster) for i, a in allocations.items())
 
 
 def timed(opt: Opt, ordered: list[Job], inp: RoundInput) -> tuple[RoundOutput, float]:

@@ -23,6 +23,15 @@ profiling's share of GPU-time, the JCT jobs lose to their own profiling, and how
 were preempted "before it started" (what a profiling lease took from placed jobs; must be 0).
 Then the ratios proportional / TUNE.
 
+`--cpu-jobs N` adds N CPU-only jobs (CODA's CPU array; `kind: cpu`, examples/cpu_stress/
+stress.py for `--cpu-job-s` seconds, each asking `--cpu-job-cpus` CPUs and
+`--cpu-job-memory-gb` GB) to the mix, submitted first, so they run when the training jobs
+arrive: issue 14's small-GPU-node case, where TUNE's leftovers (every CPU and GB of the
+node handed to training) used to preempt them. Printed per CPU-only job: its end state,
+JCT, and how often it was preempted (the core now hands leftovers out after the CPU array,
+so the answer should be 0 under both mechanisms). The simulated replay covers the training
+jobs alone.
+
 `--simulate` then replays the same trace in the simulator (the same scheduling core):
 the jobs' arrivals and lengths, the profiles the live TUNE run measured (read from its
 daemon's database after the run), the node's allocatable resources and the round length;
@@ -64,6 +73,7 @@ from synergy.scheduler.simulator.profiling import ProfilingReplay  # noqa: E402
 from synergy.v1 import admin_pb2, common_pb2  # noqa: E402
 
 JOB = ROOT / "benchmarks" / "physical_job.py"
+STRESS = ROOT / "examples" / "cpu_stress" / "stress.py"
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -90,6 +100,8 @@ class Run:
     startup_s: float = 0.0
     #: Job name -> steps it trains.
     steps: dict[str, int] = field(default_factory=dict)
+    #: The CPU-only jobs of the mix (`--cpu-jobs`): (outcome, times preempted).
+    cpu_jobs: list[tuple[JobOutcome, int]] = field(default_factory=list)
 
 
 def state_name(value: int) -> str:
@@ -139,6 +151,10 @@ def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> Run:
     try:
         agent.start()
         profiler = "none" if mechanism == "proportional" else "synergy"
+        cpu_ids = [admin.submit(
+            f"cpu{k}", gpus=0, kind="cpu", cpus_hint=args.cpu_job_cpus, mem_gb_hint=args.cpu_job_memory_gb,
+            command=(sys.executable, "-u", str(STRESS), "--seconds", f"{args.cpu_job_s:g}", "--mb", "16"),
+            working_dir=str(tmp)).id for k in range(args.cpu_jobs)]
         ids, steps = [], {}
         for k in range(args.jobs):
             heavy = k % 2 == 0
@@ -153,12 +169,14 @@ def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> Run:
                 profiler=profiler, iterations=steps[name]).id)
             if policy == "srtf" and k + 1 < args.jobs:
                 time.sleep(args.gap_s)
-        wait_for(lambda: all(admin.state(j) in TERMINAL for j in ids), timeout=args.timeout_s, interval=1.0,
-                 what=f"every job to end under {mechanism}")
+        wait_for(lambda: all(admin.state(j) in TERMINAL for j in ids + cpu_ids), timeout=args.timeout_s,
+                 interval=1.0, what=f"every job to end under {mechanism}")
         outcomes = [outcome(admin.describe(j)) for j in ids]
         makespan = max(admin.describe(j).finished_at_unix_s for j in ids) - min(
             admin.describe(j).submitted_at_unix_s for j in ids)
-        return Run(outcomes, makespan, state_dir, steps=steps)
+        cpu_jobs = [(outcome(info), sum(state_name(t.to_state) == "preempted" for t in info.history))
+                    for info in (admin.describe(j) for j in cpu_ids)]
+        return Run(outcomes, makespan, state_dir, steps=steps, cpu_jobs=cpu_jobs)
     finally:
         admin.close()
         agent.stop()
@@ -247,6 +265,11 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=0.04, help="device time per step")
     p.add_argument("--heavy-cpu-ms", type=float, default=10.0, help="loader CPU per sample, heavy jobs")
     p.add_argument("--light-cpu-ms", type=float, default=0.5, help="loader CPU per sample, light jobs")
+    p.add_argument("--cpu-jobs", type=int, default=0,
+                   help="CPU-only jobs added to the mix (kind cpu, submitted first; default none)")
+    p.add_argument("--cpu-job-cpus", type=float, default=0.5, help="CPUs each CPU-only job asks for")
+    p.add_argument("--cpu-job-memory-gb", type=float, default=0.5, help="GB each CPU-only job asks for")
+    p.add_argument("--cpu-job-s", type=float, default=30.0, help="seconds each CPU-only job runs")
     p.add_argument("--timeout-s", type=float, default=900.0)
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="physical-"))
@@ -270,6 +293,9 @@ def main() -> int:
         for o in outcomes:
             print(f"  {o.name:<8} {o.state:<10} JCT {o.jct_s:7.1f} s  profiling {o.profiling_s:5.1f} s  "
                   f"profile {o.profile_source}")
+        for o, preempted in r.cpu_jobs:
+            print(f"  {o.name:<8} {o.state:<10} JCT {o.jct_s:7.1f} s  CPU-only, preempted {preempted} times"
+                  + (f" ({o.reason})" if o.state != "succeeded" else ""))
     if "proportional" in results and "tune" in results:
         po, to = results["proportional"], results["tune"]
         (pm, pj, pp), (tm, tj, tp) = (summary(x.makespan_s, [o.jct_s for o in x.outcomes]) for x in (po, to))

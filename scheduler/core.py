@@ -12,11 +12,13 @@ from synergy.scheduler.arrays.cpu_array import ArrayDecision, CpuArray, is_cpu_s
 from synergy.scheduler.elastic.scaling import base_gpus
 from synergy.scheduler.loaning.passes import place_on_loaned, split_loaned
 from synergy.scheduler.mechanisms.base import Mechanism
+from synergy.scheduler.mechanisms.leftover import hand_out, taken_back
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous, why_moved
 from synergy.scheduler.placement.packing import pack_per_type
+from synergy.scheduler.placement.surplus import stay_on_surplus
 from synergy.scheduler.policies.base import Policy
 from synergy.scheduler.profiles.pairs import PairTable
 
@@ -40,18 +42,27 @@ class Scheduler:
     #: Tesserae's packing (placement/packing.py): pending jobs share the GPUs of placed ones
     #: when this pairwise profile says the pair gains; None = no GPU is ever shared.
     pairs: PairTable | None = None
+    #: With a mechanism whose surplus above the GPU-proportional share is a bonus (it
+    #: declares `redistribute`: TUNE, OPT), a job the plan moves off a node whose GPUs are
+    #: still free, only because co-located jobs' surplus fills it, goes back there and
+    #: those jobs are trimmed toward their share, when that costs those nodes no speed
+    #: (placement/surplus.py). False: the relabelled plan as it is.
+    stay_over_surplus: bool = True
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans) get their own passes here; this release schedules
         # training jobs (fixed-size, and elastic ones sized by Lyra's two phases) on GPU
         # servers, then CODA's CPU array: CPU-only jobs on CPU servers and on what training
-        # leaves (or holds above its proportional share) on GPU servers. On a typed cluster
-        # each job runs on one GPU type it accepts (placement/gpu_types.py).
+        # leaves (or holds above its proportional share) on GPU servers, then (TUNE) what is
+        # still free to co-located jobs that speed up with it. On a typed cluster each job
+        # runs on one GPU type it accepts (placement/gpu_types.py).
         verdicts = {s.id: run_filters(self.filters, s, inp) for s in inp.cluster.servers}
         jobs = [j for j in inp.jobs if j.kind in GPU_KINDS]
+        by_id = {j.id: j for j in jobs}
         kept = _kept_in_place(jobs, inp.previous, verdicts)
         cluster = _open_cluster(inp.cluster, verdicts, kept)
         out = RoundOutput({})
+        layout: Mapping[int, Allocation] | None = None  # the laid-out plan, when relabelled
         if cluster.servers:  # policies and mechanisms may assume at least one server
             ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
             own, loaned = split_loaned(cluster)  # Lyra: loaned servers take loanable jobs only
@@ -64,15 +75,43 @@ class Scheduler:
             if self.pairs is not None and own.servers:
                 out = replace(out, allocations=pack_per_type(out.allocations, ordered, own, self.pairs))
             if self.relabel is not None and inp.previous and own.servers:
-                out = replace(out, allocations=self.relabel(out.allocations, inp.previous, own))
+                out, layout = self._lay_out(out, inp, own, by_id)
         # Every job a GPU job (the common round): no CPU-only job to look for.
         cpu_jobs = [] if len(jobs) == len(inp.jobs) else [j for j in inp.jobs if j.kind == JobKind.CPU_ONLY]
         array = _cpu_array_pass(self.cpu_array, inp, cpu_jobs, verdicts, out.allocations, kept, cluster)
-        allocations = {**array.training, **kept}
         cpu_allocs, cpu_waiting = array.allocations, array.waiting
+        training = array.training
+        # Leftovers last (mechanisms/leftover.py): packed guests and CPU-only jobs have been
+        # placed on what the demands leave, so CPU and memory nobody asked for never starve
+        # them; they go to the jobs of the layout the round ends with.
+        if getattr(self.mechanism, "redistribute", False) and training and cluster.servers:
+            training = hand_out(training, by_id, cluster, cpu_allocs.values(), inp.previous)
+        allocations = {**training, **kept}
         waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)
-        moves = why_moved(allocations, inp.previous, cluster) if inp.previous else {}
+        # A move is explained by the plan that decided the layout.
+        moves = why_moved({**(array.training if layout is None else layout), **kept}, inp.previous, cluster) \
+            if inp.previous else {}
         return RoundOutput({**allocations, **cpu_allocs}, waiting, out.reverted, moves)
+
+    def _lay_out(self, out: RoundOutput, inp: RoundInput, own: Cluster,
+                 jobs: Mapping[int, Job]) -> tuple[RoundOutput, dict[int, Allocation]]:
+        """The mechanism's plan on `own`, relabelled to keep jobs where they ran: (the plan at
+        its demands, the plan as laid out, for `why_moved`).
+
+        With leftovers (mechanisms/leftover.py) the layout is decided on the plan with its
+        leftovers handed out: where they speed up a job, keeping them may be worth a move
+        (relabelling and `stay_put` keep each job's share with them). A job whose GPUs where
+        it ran are free and that only co-located jobs' surplus keeps out goes back when the
+        surplus is worth nothing there (`stay_on_surplus`). Then the leftovers are taken
+        back: they are handed out again on the final layout, after the CPU-only jobs.
+        """
+        leftovers = bool(getattr(self.mechanism, "redistribute", False))
+        demands = out.allocations
+        plan = hand_out(demands, jobs, own) if leftovers else demands
+        plan = self.relabel(plan, inp.previous, own) if self.relabel is not None else dict(plan)
+        if leftovers and self.stay_over_surplus:
+            plan = stay_on_surplus(plan, inp.previous, own, jobs, trimmable=jobs.keys())
+        return replace(out, allocations=taken_back(plan, demands) if leftovers else plan), plan
 
 
 def _cpu_array_pass(

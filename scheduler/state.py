@@ -175,6 +175,27 @@ class ClusterState:
                 self._close(i)
         self.held[job_id] = placements
 
+    def hold(self, items: Iterable[tuple[int, tuple[Placement, ...]]]) -> None:
+        """Reserve a whole plan already known to fit (a round's allocations, to hand out
+        what they leave): `reserve` for each item without its fit checks, in one pass."""
+        index, free_g, free_c, free_m, on_server, held = (
+            self.index, self.free_g, self.free_c, self.free_m, self.on_server, self.held)
+        touched: set[int] = set()
+        for job_id, placements in items:
+            if job_id in held:
+                raise ValueError(f"job {job_id} already holds resources this round")
+            for p in placements:
+                i = index[p.server_id]
+                free_g[i] -= p.gpus
+                free_c[i] -= p.cpus
+                free_m[i] -= p.mem_gb
+                on_server[i].add(job_id)
+                touched.add(i)
+            held[job_id] = placements
+        self.changed.extend(sorted(touched))
+        if not self._indexed:
+            self._open = [i for i in self._open if free_g[i] + EPS >= 1.0]
+
     def release(self, job_id: int) -> tuple[Placement, ...]:
         placements = self.held.pop(job_id)
         for p in placements:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
@@ -289,10 +290,13 @@ def test_simulator_counts_migrations_and_matching_cuts_them():
     assert off["migrations_per_job"] > on["migrations_per_job"]
     assert on["migrations_per_round"] == on["migrations"] / on["rounds"]
     assert on["avg_jct_h"] < off["avg_jct_h"]
-    # Free migrations: relabelling changes who sits where, never how fast anyone runs.
+    # Free migrations: relabelling changes who sits where, and how fast anyone runs only by
+    # TUNE's leftovers, handed out on the layout it keeps (mechanisms/leftover.py) and by
+    # a job kept where it ran over a neighbour's surplus (placement/surplus.py): 0.2% here.
     free = simulate(prepare(RunSpec(**{**spec.__dict__, "migration_cost_s": 0.0}))).metrics
     free_off = simulate(prepare(RunSpec(**{**spec.__dict__, "migration_cost_s": 0.0, "migration_matching": False})))
-    assert free["avg_jct_h"] == free_off.metrics["avg_jct_h"] < on["avg_jct_h"]
+    assert free["avg_jct_h"] == pytest.approx(free_off.metrics["avg_jct_h"], rel=0.01)
+    assert free["avg_jct_h"] < on["avg_jct_h"]
     assert free["migrations"] < free_off.metrics["migrations"]
 
 

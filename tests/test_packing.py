@@ -19,7 +19,7 @@ from profiles_for_tests import ZOO_LIKE, make_profile
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.mechanisms.tune import Tune
 from synergy.scheduler.model import (
-    AdminState, Allocation, Cluster, Job, JobKind, Placement, Resources, RoundInput, Server,
+    EPS, AdminState, Allocation, Cluster, Job, JobKind, Placement, Resources, RoundInput, Server,
 )
 from synergy.scheduler.placement.migration import relabel_to_previous
 from synergy.scheduler.placement.packing import can_share, max_weight_pairs, pair_weight
@@ -182,8 +182,8 @@ def packing_scenarios(draw, roomy: bool = False):
     return cluster, jobs, PairTable(tuple(entries))
 
 
-def _run(cluster: Cluster, jobs: list[Job], pairs: PairTable | None):
-    return Scheduler(Fifo(), Tune(), pairs=pairs).schedule(RoundInput(0.0, cluster, jobs))
+def _run(cluster: Cluster, jobs: list[Job], pairs: PairTable | None, leftovers: bool = True):
+    return Scheduler(Fifo(), Tune(redistribute=leftovers), pairs=pairs).schedule(RoundInput(0.0, cluster, jobs))
 
 
 @SETTINGS
@@ -208,9 +208,15 @@ def test_packing_invariants(scenario) -> None:
         g, h = by_id[jid], by_id[a.packed_with]
         assert can_share(g) and can_share(h) and jid not in alone.allocations
         assert pair_weight(pairs, h, g) > 1.0
-    # Packing never removes or changes what was placed without it.
+    # Packing never removes, moves or shrinks what was placed without it: TUNE's demands stay
+    # exactly as they were; only leftovers, handed out after packing, may go to a guest.
+    bare, bare_packed = _run(cluster, jobs, None, False), _run(cluster, jobs, pairs, False)
     for jid, a in alone.allocations.items():
-        assert out.allocations[jid] == a
+        assert bare_packed.allocations[jid] == bare.allocations[jid]
+        assert [(p.server_id, p.gpus) for p in out.allocations[jid].placements] == [
+            (p.server_id, p.gpus) for p in a.placements]
+        assert all(p.cpus >= q.cpus - EPS and p.mem_gb >= q.mem_gb - EPS
+                   for p, q in zip(out.allocations[jid].placements, bare.allocations[jid].placements))
     assert set(out.allocations) - set(alone.allocations) == {j for j, a in out.allocations.items()
                                                               if a.packed_with is not None}
 

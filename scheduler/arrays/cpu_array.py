@@ -7,9 +7,11 @@ them. Here, each round, after the training mechanism has decided:
 * the array is every open CPU server (`ServerPool.CPU_ONLY`, or any server without GPUs),
   all of it, plus on each open GPU server at most `CpuArray.borrow_fraction` of its CPUs;
 * what a CPU-only job may borrow on a GPU server is what training left idle there and,
-  with `trim_training`, what TUNE gave a training job above its GPU-proportional share:
-  such a job is trimmed, never below proportional CPUs per GPU and never below its
-  GPU-proportional speed (checked on its profile), so training keeps Synergy's guarantee;
+  with `trim_training`, what TUNE gave a training job above its GPU-proportional share
+  (its best case: placement/surplus.py): such a job is trimmed, never below proportional
+  CPUs per GPU and never below its GPU-proportional speed (checked on its profile), so
+  training keeps Synergy's guarantee. The core hands leftovers out after the array
+  (mechanisms/leftover.py), so what nobody demanded is idle here, memory included;
 * a CPU-only job that ran last round keeps its server if it still fits (no churn), then the
   rest go by DRF progressive filling (`arrays/drf.py`) onto the first server that fits:
   CPU servers first, then idle CPUs of GPU servers, then trimmed ones;
@@ -26,11 +28,8 @@ from typing import Collection, Mapping, Sequence
 
 from synergy.scheduler.arrays.drf import progressive_fill, user_of
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, Placement, Resources, Server, ServerPool
-from synergy.scheduler.throughput import proportional_per_gpu, proportional_speed, speed
-
-#: Relative slack on "never slower than proportional" (profiles interpolate in floats).
-SPEED_TOLERANCE = 1e-9
-
+from synergy.scheduler.placement.surplus import keeps_guarantee, share_per_gpu
+from synergy.scheduler.throughput import proportional_per_gpu
 
 @dataclass(frozen=True)
 class CpuArray:
@@ -40,7 +39,8 @@ class CpuArray:
     #: reserve for the GPU array is the rest). 1.0: anything training does not use.
     borrow_fraction: float = 1.0
     #: Whether CPU-only jobs may take CPUs a training job holds above its GPU-proportional
-    #: share (TUNE's best case, redistributed leftovers). False: idle CPUs only.
+    #: share (TUNE's best case; leftovers are handed out after the array). False: idle
+    #: CPUs only.
     trim_training: bool = True
 
     def __post_init__(self) -> None:
@@ -210,7 +210,7 @@ class _ArrayRound:
         p = next(p for p in self.training[jid].placements if p.server_id == sid)
         prop_c = self.prop_c
         if self.share_cluster.typed:
-            prop_c = self.share_cluster.proportional_share(1, self.types.get(sid, "")).cpus
+            prop_c = share_per_gpu(self.share_cluster, self.types.get(sid, ""))[0]
         return max(0.0, p.cpus - prop_c * p.gpus)
 
     def _trimmed(self, jid: int, sid: str, cut: float) -> Allocation | None:
@@ -222,13 +222,8 @@ class _ArrayRound:
         job = self.jobs.get(jid)
         if job is None:
             return None
-        if self.share_cluster.typed:  # its guarantee on the type it runs on
-            gpu_type = self.types.get(sid, "")
-            share = self.share_cluster.proportional_share(1, gpu_type)
-            floor = job.profile.speed_on(gpu_type, share.cpus, share.mem_gb)
-            return new if job.profile.speed_on(gpu_type, *new.per_gpu) >= floor * (1 - SPEED_TOLERANCE) - EPS else None
-        floor = proportional_speed(job, self.share_cluster)
-        return new if speed(job, new) >= floor * (1 - SPEED_TOLERANCE) - EPS else None
+        # Its guarantee on the type it runs on (placement/surplus.py).
+        return new if keeps_guarantee(job, self.share_cluster, self.types.get(sid, ""), *new.per_gpu) else None
 
     def reason(self, job: Job) -> str:
         """Why `job` waits, with the largest slot any open server could give it now."""

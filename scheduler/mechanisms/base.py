@@ -22,6 +22,13 @@ class Mechanism(Protocol):
     #: shell may reuse last round's answer after arrivals that are all passed over. Shells
     #: read it with getattr(..., False): a mechanism that does not say is never skipped.
     runnable_only: ClassVar[bool]
+    #: Optional (the core reads it with getattr(..., False)): True when the CPU and memory
+    #: nobody demanded should go to co-located jobs that speed up with them, and what a job
+    #: holds above its GPU-proportional share is a bonus a job staying where it ran may
+    #: take back. The core then hands leftovers out (mechanisms/leftover.py, placement/
+    #: surplus.py); `allocate`'s answer holds demands only, so packed guests and CPU-only
+    #: jobs never find leftovers taken.
+    #: redistribute: bool
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
         ...

@@ -39,12 +39,14 @@ and splits no more jobs than their GPU counts force, it is optimal and CP-SAT is
 Jobs that did not get their ideal cell are reported in `RoundOutput.reverted` (when TUNE's
 allocation wins below, its own: the jobs it switched to proportional).
 
-The deployed allocation. Every candidate (the greedy placements, program 2's answer) then
-gets the CPU and memory left unallocated (`leftover.redistribute`, as TUNE does), and TUNE's
-own allocation joins the candidates: program 2 only chooses between a job's ideal and its
-proportional share, while TUNE may settle on a third cell or between cells. The candidate
-that places most jobs with the largest sum of speedups wins, so the deployed OPT is never
-below TUNE and never above `upper_bound`.
+The deployed allocation. TUNE's own allocation joins the candidates (the greedy placements,
+program 2's answer): program 2 only chooses between a job's ideal and its proportional
+share, while TUNE may settle on a third cell or between cells. Each candidate is judged as
+deployed, with the CPU and memory it leaves unallocated handed out (`leftover.redistribute`,
+the step the core runs for OPT as for TUNE); the candidate that places most jobs with the
+largest sum of speedups wins, so the deployed OPT is never below TUNE and never above
+`upper_bound`. OPT answers with the winner's demands alone: the core hands the leftovers
+out so that packed guests and CPU-only jobs never find them taken.
 
 Cost (2-core machine, 128 GPUs, 256 queued jobs). Program 1: 5-60 ms. Program 2 is the
 expensive part: on 16 servers CP-SAT seldom improves on the repaired greedy within a
@@ -183,6 +185,8 @@ class Opt:
     order_only: ClassVar[bool] = True
     #: Only `runnable_by_gpu`'s jobs are packed (mechanisms/base.py).
     runnable_only: ClassVar[bool] = True
+    #: The core hands out what the deployed allocation leaves free (mechanisms/leftover.py).
+    redistribute: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
     #: CP-SAT deterministic time limits (solver "seconds", reproducible). Program 1 is
     #: solved to optimality well within its limit at 128 GPUs. Program 2 (bin packing)
@@ -246,12 +250,12 @@ class Opt:
         solved = _Program2(self, cluster, units, runnable, ideal).solve(greedy)
         if solved is not None:
             candidates.append(solved)
-        by_id = {j.id: j for j in runnable}
-        candidates = [_topped_up(c, by_id, cluster) for c in candidates]
         # TUNE too: it may settle on cells program 2 does not offer (its best case, or
         # off-grid leftovers), and OPT must never deploy less than TUNE.
         candidates.append(Tune(scorer=self.scorer).allocate(ordered, inp))
-        best = max(enumerate(candidates), key=lambda nc: _merit(nc[1], runnable, units, nc[0]))[1]
+        by_id = {j.id: j for j in runnable}
+        deployed = [_topped_up(c, by_id, cluster) for c in candidates]
+        best = candidates[max(range(len(candidates)), key=lambda k: _merit(deployed[k], runnable, units, k))]
         out_waiting = dict(waiting)
         for job in runnable:
             if job.id not in best.allocations:
@@ -436,7 +440,7 @@ def _holding(out: RoundOutput, cluster: Cluster) -> ClusterState:
 
 
 def _topped_up(out: RoundOutput, jobs: dict[int, Job], cluster: Cluster) -> RoundOutput:
-    """The candidate with unallocated CPU and memory handed out as TUNE does."""
+    """The candidate with unallocated CPU and memory handed out, as the core will."""
     state = _holding(out, cluster)
     if not redistribute(state, jobs):
         return out

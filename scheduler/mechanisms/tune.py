@@ -10,6 +10,10 @@
    (2a) if it still does not fit, co-located jobs holding more than their proportional
         share are switched back to proportional until it does.
 Every job therefore ends with at least its GPU-proportional throughput.
+
+CPU and memory nobody demanded (§5.3.2) are not handed out here: with `redistribute` the
+core hands them out (mechanisms/leftover.py), so that packed guests and CPU-only jobs never
+find them taken.
 """
 from __future__ import annotations
 
@@ -17,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
 from synergy.scheduler.mechanisms.base import pack_order, runnable_by_gpu
-from synergy.scheduler.mechanisms.leftover import redistribute
 from synergy.scheduler.model import EPS, Job, Placement, RoundInput, RoundOutput
 from synergy.scheduler.placement.fit import place
 from synergy.scheduler.placement.scorers import Scorer, avoid_stranding, best_fit
@@ -32,15 +35,16 @@ class Tune:
     #: Only `runnable_by_gpu`'s jobs are packed (mechanisms/base.py).
     runnable_only: ClassVar[bool] = True
     scorer: Scorer = field(default=best_fit)
-    #: After packing, give CPU and memory nobody demanded to co-located jobs that benefit
-    #: (§5.3.2; see mechanisms/leftover.py). False gives §4.2's packing alone.
+    #: The core gives CPU and memory nobody demanded to co-located jobs that benefit
+    #: (§5.3.2; mechanisms/leftover.py). `allocate` itself never does: its answer holds
+    #: demands only. False gives §4.2's packing alone.
     redistribute: bool = True
     #: Score last the servers a placement would leave with GPUs but not enough CPU or
     #: memory for the round's smallest demand (placement/scorers.py: avoid_stranding).
     avoid_stranding: bool = True
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
-        return _TuneRound(inp, self.scorer).run(ordered, self.redistribute, self.avoid_stranding)
+        return _TuneRound(inp, self.scorer).run(ordered, self.avoid_stranding)
 
 
 def pack_demands(
@@ -68,8 +72,7 @@ class _TuneRound:
         self.gpus: dict[int, int] = {}
         self.reverted: set[int] = set()
 
-    def run(self, ordered: Sequence[Job], redistribute_leftover: bool = True,
-            stranding_aware: bool = True) -> RoundOutput:
+    def run(self, ordered: Sequence[Job], stranding_aware: bool = True) -> RoundOutput:
         runnable, waiting = runnable_by_gpu(ordered, self.state.free_gpus)
         # Demand depends only on the profile and the cluster: compute it once per model.
         by_profile: dict[int, tuple[float, float]] = {}
@@ -82,10 +85,7 @@ class _TuneRound:
         if stranding_aware and by_profile:
             smallest = (min(c for c, _ in by_profile.values()), min(m for _, m in by_profile.values()))
             self.scorer = avoid_stranding(self.scorer, *smallest)
-        waiting = self.pack(runnable, demand, waiting)
-        if redistribute_leftover:
-            redistribute(self.state, {j.id: j for j in runnable})
-        return self.output(waiting)
+        return self.output(self.pack(runnable, demand, waiting))
 
     def pack(
         self, runnable: Sequence[Job], demand: dict[int, tuple[float, float]], waiting: dict[int, str]
