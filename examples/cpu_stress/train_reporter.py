@@ -5,8 +5,12 @@ registers with synergyd, and renews its lease every `renew_interval_s` with its 
 samples per second, like an iterator-driven job (issue 8's SynergyIterator replaces it).
 One "step" is memory-bound on purpose: it copies a batch buffer (the data loader's work)
 and does a little arithmetic, so memory-bandwidth contention from a neighbour slows it
-down. It prints `TPUT <unix time> <samples/s>` about every second, honours STOP (checkpoint
-report, exit 75) and TERMINATE, exits 75 on SIGTERM, and ends after --steps (0 = never).
+down. It prints `TPUT <unix time> <samples/s> <samples per CPU-second>` about every second:
+the first is what the job gets (it is what the lease renewals report), the second divides by
+the CPU time its loop had, so it moves with memory contention but not with time lost to other
+processes on its core (a benchmark on a shared machine can tell the two apart). It honours
+STOP (checkpoint report, exit 75) and TERMINATE, exits 75 on SIGTERM, and ends after --steps
+(0 = never).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def main() -> int:
     src = np.ones(args.mb * 1024 * 1024 // 8)
     dst = np.empty_like(src)
     window_start, window_steps, next_renew, rate, stop_at = time.monotonic(), 0, 0.0, 0.0, 0
+    window_cpu = time.thread_time()
     while not stop["signal"]:
         np.copyto(dst, src)  # the "data loader"
         dst[:: 4096] *= 1.0001  # the "model"
@@ -61,8 +66,10 @@ def main() -> int:
         now = time.monotonic()
         if now - window_start >= 1.0:
             rate = window_steps * BATCH / (now - window_start)
-            print(f"TPUT {time.time():.3f} {rate:.1f}", flush=True)
-            window_start, window_steps = now, 0
+            cpu = time.thread_time()
+            print(f"TPUT {time.time():.3f} {rate:.1f} {window_steps * BATCH / max(cpu - window_cpu, 1e-6):.1f}",
+                  flush=True)
+            window_start, window_steps, window_cpu = now, 0, cpu
         if args.steps and step >= args.steps:
             stub.ReportCompletion(job_pb2.ReportCompletionRequest(
                 job_id=env.job_id, attempt=env.attempt, step=step,
