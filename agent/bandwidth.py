@@ -9,7 +9,8 @@ never pass for a measurement:
 * `estimate`: where resctrl has no MBM (this development machine, most VMs, no perf
   counters either): memory traffic cannot be read, so it is bounded from what can be. A
   short numpy copy benchmark at start-up (`calibrate`) measures the rate one core reaches
-  and the node's peak (a copy thread on every core of the slice at once), each the best of
+  (bytes per second of the copying thread's CPU time) and the node's peak (bytes per
+  wall-clock second of a copy thread on every core of the slice at once), each the best of
   `CALIBRATION_RUNS` short runs: interference from other processes can only lower a copy
   rate, so the best run is the one nearest the hardware. A task's bandwidth is then its CPU
   time per second x that per-core rate, capped at the peak: what the task would move if it
@@ -69,10 +70,16 @@ class Calibration:
 
 
 def _copy_rate(seconds: float, threads: int, cores: tuple[int, ...]) -> float:
-    """Bytes per second that `threads` threads copying arrays reach together (numpy drops the GIL)."""
+    """Bytes per second that `threads` threads copying arrays reach together (numpy drops the GIL).
+
+    One thread: per second of its own CPU time, the unit the estimate multiplies (CPU cores x
+    rate), and blind to time other processes take from its core. Several: per wall-clock second,
+    since the peak is what they reach at once.
+    """
     import numpy as np
 
     moved = [0] * threads
+    cpu = [0.0] * threads
     start = threading.Barrier(threads + 1)
 
     def work(i: int) -> None:
@@ -85,10 +92,12 @@ def _copy_rate(seconds: float, threads: int, cores: tuple[int, ...]) -> float:
         b = np.empty_like(a)
         np.copyto(b, a)  # page the arrays in before timing
         start.wait()
+        c0 = time.thread_time()
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             np.copyto(b, a)
             moved[i] += _COPY_FACTOR * a.nbytes
+        cpu[i] = time.thread_time() - c0
 
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
     for w in workers:
@@ -97,6 +106,8 @@ def _copy_rate(seconds: float, threads: int, cores: tuple[int, ...]) -> float:
     t0 = time.perf_counter()
     for w in workers:
         w.join()
+    if threads == 1:
+        return moved[0] / max(cpu[0], 1e-9)
     return sum(moved) / max(time.perf_counter() - t0, 1e-9)
 
 

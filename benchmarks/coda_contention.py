@@ -129,7 +129,9 @@ def main() -> int:
           f"load average at start {os.getloadavg()[0]:.2f}")
     d = DaemonProcess(tmp / "state").start()
     agent = AgentProcess(d, tmp / "work", "n0", "--cpus", args.cpus, "--contention-threshold", str(args.threshold),
-                         "--contention-throughput-drop", str(args.drop), fake_gpus=1)
+                         "--contention-throughput-drop", str(args.drop),
+                         # the agent's default calibration (the harness's 0.05 s is for fast tests)
+                         "--bandwidth-calibration-s", "0.3", fake_gpus=1)
     if args.cgroup_parent:
         agent.cgroup_parent = args.cgroup_parent
     admin = d.admin()
