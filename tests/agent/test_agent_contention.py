@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from synergy.agent.bandwidth import SOURCE_ESTIMATE, Bandwidth, Calibration, Resctrl
+from synergy.agent.bandwidth import SOURCE_ESTIMATE, SOURCE_MBM, Bandwidth, Calibration, Resctrl
 from synergy.agent.cgroups import detect
 from synergy.agent.contention import (BASELINE_MIN, Observation, Policy, State, Throughput, decide, degraded,
                                       uncontended)
@@ -246,3 +246,26 @@ def test_quota_actuator_halves_a_burning_cpu_job_and_restores_it(tmp_path: Path)
     finally:
         sup.shutdown(0)
         cg.teardown()
+
+
+def _task(key: str, cpu: float, bw: float) -> TaskSample:
+    return TaskSample(key=key, at_unix=0.0, cpu_cores=cpu, rss_bytes=0, memory_bytes=0, page_faults_per_s=0.0,
+                      major_faults_per_s=0.0, read_bytes_per_s=0.0, write_bytes_per_s=0.0,
+                      membw=Bandwidth(bw, SOURCE_ESTIMATE))
+
+
+def test_others_bandwidth_is_every_busy_core_but_trainings_at_the_calibrated_rate() -> None:
+    """The estimate caps the node at the peak, so node minus training would hide a contender: with one
+    core per task at 60 B/s each and a peak of 100, the node reads 100 and 'others' would be 40."""
+    cal = Calibration(PEAK, 60.0, CORES, 0.1)
+    elim = Eliminator(None, logging.getLogger("test-agent"), P, calibration=cal)  # type: ignore[arg-type]
+    tasks = {"train": _task("train", 1.0, 60.0), "cpu": _task("cpu", 1.0, 60.0)}
+    node = NodeSample(at_unix=0.0, cpu_util_pct=100.0, cpu_cores_busy=2.1, mem_used_bytes=0, mem_total_bytes=1,
+                      membw=Bandwidth(PEAK, SOURCE_ESTIMATE), membw_peak=Bandwidth(PEAK, "copy-benchmark"),
+                      tasks=tasks)
+    assert elim.others_bw(node, {"train"}) == 66.0  # 1.1 cores (the contender, the agent) x 60
+    assert not uncontended(elim.others_bw(node, {"train"}), PEAK, False, P)
+    alone = NodeSample(**{**node.__dict__, "cpu_cores_busy": 1.1, "tasks": {"train": tasks["train"]}})
+    assert abs(elim.others_bw(alone, {"train"}) - 6.0) < 1e-9 and uncontended(6.0, PEAK, False, P)
+    measured = NodeSample(**{**node.__dict__, "membw": Bandwidth(90.0, SOURCE_MBM)})  # resctrl: node less training
+    assert elim.others_bw(measured, {"train"}) == 30.0
