@@ -7,13 +7,18 @@ never pass for a measurement:
   monitoring group per task under `/sys/fs/resctrl/mon_groups/` and reads the
   `mbm_total_bytes` counters of every L3 domain (node: the root group's counters).
 * `estimate`: where resctrl has no MBM (this development machine, most VMs, no perf
-  counters either). A short numpy copy benchmark at start-up calibrates the node's peak
-  (copies on every core of the slice at once) and the rate one core reaches; a task's
-  bandwidth is then its CPU time per second x that per-core rate, capped at the peak. It
-  over-states compute-bound tasks (they use CPU without streaming memory); CODA's policy
-  only needs the ranking of CPU-only tasks and the node's closeness to its peak, which the
-  estimate tracks for the memory-bound data-loading and preprocessing jobs it targets.
-  The calibration is cached in the work dir (`bandwidth.json`), keyed by the cores.
+  counters either): memory traffic cannot be read, so it is bounded from what can be. A
+  short numpy copy benchmark at start-up (`calibrate`) measures the rate one core reaches
+  (bytes per second of the copying thread's CPU time) and the node's peak (bytes per
+  wall-clock second of a copy thread on every core of the slice at once), each the best of
+  `CALIBRATION_RUNS` short runs: interference from other processes can only lower a copy
+  rate, so the best run is the one nearest the hardware. A task's bandwidth is then its CPU
+  time per second x that per-core rate, capped at the peak: what the task would move if it
+  streamed memory all the time it runs, an upper bound that is exact for a copy loop and
+  over-states compute-bound tasks. CODA's policy needs the ranking of CPU-only tasks and the
+  node's closeness to its peak; whether the training job actually suffers is decided on its
+  own reported throughput, not on this figure. The calibration is cached in the work dir
+  (`bandwidth.json`), keyed by the cores.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ CALIBRATION_FILE = "bandwidth.json"
 #: bytes moved by one np.copyto of an array of n bytes: n read + n written
 _COPY_FACTOR = 2
 _ARRAY_BYTES = 32 * 1024**2
+#: short runs per calibrated figure, the best one kept
+CALIBRATION_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -63,10 +70,16 @@ class Calibration:
 
 
 def _copy_rate(seconds: float, threads: int, cores: tuple[int, ...]) -> float:
-    """Bytes per second that `threads` threads copying arrays reach together (numpy drops the GIL)."""
+    """Bytes per second that `threads` threads copying arrays reach together (numpy drops the GIL).
+
+    One thread: per second of its own CPU time, the unit the estimate multiplies (CPU cores x
+    rate), and blind to time other processes take from its core. Several: per wall-clock second,
+    since the peak is what they reach at once.
+    """
     import numpy as np
 
     moved = [0] * threads
+    cpu = [0.0] * threads
     start = threading.Barrier(threads + 1)
 
     def work(i: int) -> None:
@@ -79,10 +92,12 @@ def _copy_rate(seconds: float, threads: int, cores: tuple[int, ...]) -> float:
         b = np.empty_like(a)
         np.copyto(b, a)  # page the arrays in before timing
         start.wait()
+        c0 = time.thread_time()
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             np.copyto(b, a)
             moved[i] += _COPY_FACTOR * a.nbytes
+        cpu[i] = time.thread_time() - c0
 
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(threads)]
     for w in workers:
@@ -91,11 +106,14 @@ def _copy_rate(seconds: float, threads: int, cores: tuple[int, ...]) -> float:
     t0 = time.perf_counter()
     for w in workers:
         w.join()
+    if threads == 1:
+        return moved[0] / max(cpu[0], 1e-9)
     return sum(moved) / max(time.perf_counter() - t0, 1e-9)
 
 
 def calibrate(cores: Iterable[int], seconds: float = 0.3, work_dir: Path | None = None) -> Calibration:
-    """Per-core rate (one thread) and peak (one thread per core, at most 8) of a numpy copy loop.
+    """Per-core rate (one thread) and peak (one thread per core, at most 8) of a numpy copy loop,
+    each the best of `CALIBRATION_RUNS` runs sharing `seconds`.
 
     A cached calibration for the same cores in `work_dir` is reused (restarts stay fast).
     """
@@ -110,10 +128,10 @@ def calibrate(cores: Iterable[int], seconds: float = 0.3, work_dir: Path | None 
                 return c
         except (OSError, ValueError, TypeError, KeyError):
             pass
-    half = max(seconds / 2, 0.01)
-    one = _copy_rate(half, 1, cores[:1])
+    each = max(seconds / (2 * CALIBRATION_RUNS), 0.01)
+    one = max(_copy_rate(each, 1, cores[:1]) for _ in range(CALIBRATION_RUNS))
     n = max(1, min(len(cores), 8))
-    peak = max(one, _copy_rate(half, n, cores) if n > 1 else one)
+    peak = max(one, max(_copy_rate(each, n, cores) for _ in range(CALIBRATION_RUNS)) if n > 1 else one)
     c = Calibration(peak, one, cores, seconds)
     if cache is not None:
         try:

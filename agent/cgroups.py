@@ -285,6 +285,10 @@ class _TreeCgroups(Cgroups):
                     break
 
 
+#: cgroup v1 cpu.shares of one process (the kernel's default): the agent's groups get this per core
+CPU_SHARES_PER_CORE = 1024
+
+
 class CgroupsV1(_TreeCgroups):
     kind = "v1"
     enforces_memory = True
@@ -298,6 +302,7 @@ class CgroupsV1(_TreeCgroups):
         return f"cgroup v1 ({where})"
 
     def setup(self, cores: Iterable[int]) -> None:
+        cores = tuple(cores)
         made = self._make_parents()
         cpuset_root = self.roots["cpuset"]
         mems = _read(cpuset_root / "cpuset.mems").strip() or "0"
@@ -310,6 +315,17 @@ class CgroupsV1(_TreeCgroups):
         have = _parse_cpus(_read(node / "cpuset.cpus"))
         _write(node / "cpuset.cpus", format_cpu_list(sorted(have | set(cores))))
         self.mems = mems
+        # The slice weighs against processes outside it as the tasks it runs would as processes:
+        # a group's cpu.shares is its weight on all its cores together (split by their load), so
+        # with the default 1024 a task on core 0 lost weight to outside processes on core 0 whenever
+        # a sibling ran on core 1 (a throttled contender included: the training job it was held for
+        # got less CPU, not more). Only ever raised: a parent may hold other agents' slices too.
+        weight = CPU_SHARES_PER_CORE * max(1, len(cores))
+        path = self.roots["cpu"]
+        for part in Path(self.parent).parts:
+            path = path / part
+            if int(_read(path / "cpu.shares").strip() or 0) < weight:
+                _write(path / "cpu.shares", str(weight))
 
     def confine(self, cores: Iterable[int]) -> None:
         _write(self._dir("cpuset") / "cpuset.cpus", format_cpu_list(tuple(cores)))

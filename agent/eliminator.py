@@ -9,6 +9,12 @@ replies), is a training task; any other is a CPU-only job. Every action is logge
 (`contention.throttle` / `contention.restore`), counted on `/metrics`, and the current hold
 of each throttled task (`holds`: level, what was done, since when, why) rides on the
 heartbeats as `TaskStatus.throttle`, so `synergy describe` shows it.
+
+Training baselines are learnt while the node is uncontended (`contention.uncontended`): the
+bandwidth of everything but the training tasks is below the restore level and nothing is
+held. "Everything but training" is measured (resctrl: node minus training tasks) or, with the
+estimate, the node's busy cores less the training tasks' CPU, times the calibrated per-core
+rate: processes outside the agent (another tenant's job) count as contention too.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable
 
-from synergy.agent.bandwidth import Resctrl
-from synergy.agent.contention import Action, Observation, Policy, State, Throughput, decide
+from synergy.agent.bandwidth import SOURCE_ESTIMATE, Calibration, Resctrl
+from synergy.agent.contention import Action, Observation, Policy, State, Throughput, decide, uncontended
 from synergy.agent.report import Hold
 from synergy.agent.tasks import Phase, Supervisor, Task
 from synergy.agent.telemetry import NodeSample
@@ -31,7 +37,8 @@ RECENT = 50
 
 class Eliminator:
     def __init__(self, supervisor: Supervisor, log: logging.Logger, policy: Policy = Policy(),
-                 resctrl: Resctrl | None = None, wall_clock: Callable[[], float] = time.time) -> None:
+                 resctrl: Resctrl | None = None, wall_clock: Callable[[], float] = time.time,
+                 calibration: Calibration | None = None) -> None:
         self.supervisor = supervisor
         self.log = log
         self.policy = policy
@@ -43,6 +50,7 @@ class Eliminator:
         #: task key -> its current throttle (absent = not throttled)
         self.holds: dict[str, Hold] = {}
         self.wall_clock = wall_clock
+        self.calibration = calibration
 
     @property
     def actuator(self) -> str:
@@ -56,15 +64,23 @@ class Eliminator:
         cpu = {k: sample.tasks[k].membw.bytes_per_s for k in seen if k not in train}
         gpu_util = {k: sample.tasks[k].gpu_util_pct for k in train}
         peak = sample.membw_peak.bytes_per_s
-        uncontended = peak > 0 and sample.membw.bytes_per_s < self.policy.bw_threshold * peak
-        training = self.throughput.observe(gpu_util, uncontended)
         levels = {k: t.throttle_level for k, t in seen.items() if k in cpu and t.throttle_level}
+        quiet = uncontended(self.others_bw(sample, train), peak, bool(levels), self.policy)
+        training = self.throughput.observe(gpu_util, quiet, {k: seen[k].share for k in train})
         self.state, actions = decide(replace(self.state, levels=levels),
                                      Observation(sample.membw.bytes_per_s, peak, cpu, training), self.policy)
         for a in actions:
             self._apply(tasks[a.task], a)
         self._sync_holds(tasks)
         return actions
+
+    def others_bw(self, sample: NodeSample, train: set[str]) -> float:
+        """Bandwidth of everything on the node but the training tasks (bytes/s)."""
+        if sample.membw.source == SOURCE_ESTIMATE and self.calibration is not None:
+            busy = sample.cpu_cores_busy - sum(sample.tasks[k].cpu_cores for k in train if k in sample.tasks)
+            return self.calibration.estimate(busy)
+        return max(0.0, sample.membw.bytes_per_s - sum(sample.tasks[k].membw.bytes_per_s
+                                                         for k in train if k in sample.tasks))
 
     def _sync_holds(self, running: dict[str, Task]) -> None:
         """Holds follow the tasks' levels (a re-adopted throttled task gets one without a reason)."""

@@ -146,7 +146,7 @@ class Agent:
         if cfg.contention_threshold is not None:
             policy = Policy(bw_threshold=cfg.contention_threshold, throughput_drop=cfg.contention_throughput_drop,
                             restore_below=cfg.contention_threshold * 0.8)
-            self.eliminator = Eliminator(self.supervisor, log, policy, resctrl)
+            self.eliminator = Eliminator(self.supervisor, log, policy, resctrl, calibration=self.sampler.calibration)
             event(log, "agent.contention_eliminator", threshold=policy.bw_threshold,
                   throughput_drop=policy.throughput_drop, restore_below=round(policy.restore_below, 3),
                   actuator=self.eliminator.actuator)

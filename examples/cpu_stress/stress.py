@@ -1,7 +1,7 @@
 """A memory-bandwidth-heavy CPU job: a numpy copy loop (submit it with `kind: cpu`).
 
 It streams two large arrays through memory as fast as one core can and prints its
-bandwidth every second (`BW <GB/s>`), until --seconds pass (0 = until killed). CODA's
+bandwidth every second (`BW <unix time> <GB/s>`), until --seconds pass (0 = until killed). CODA's
 contention eliminator should throttle it when it slows a training job on the same node.
 
     synergy submit --kind cpu --cpus 1 --memory-gb 1 --name stress -- python examples/cpu_stress/stress.py
@@ -31,7 +31,7 @@ def main() -> int:
         moved += 2 * src.nbytes  # read + write
         now = time.monotonic()
         if now - last >= 1.0:
-            print(f"BW {moved / (now - last) / 1e9:.2f}", flush=True)
+            print(f"BW {time.time():.3f} {moved / (now - last) / 1e9:.2f}", flush=True)
             moved, last = 0, now
     return 0
 

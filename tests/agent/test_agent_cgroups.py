@@ -138,6 +138,19 @@ def _child(cg: CgroupsV1, name: str, code: str, cores: tuple[int, ...]) -> subpr
 
 
 @needs_v1
+def test_v1_slice_weighs_like_one_process_per_core(v1: CgroupsV1) -> None:
+    """Old behaviour: the default 1024 for the whole slice, so a task lost CPU weight against outside
+    processes on its own core whenever a sibling task ran on another core (issue 14's throttled runs)."""
+    cores = len(os.sched_getaffinity(0))
+    parts = Path(v1.parent).parts
+    for depth in range(1, len(parts) + 1):
+        assert int((V1["cpu"].joinpath(*parts[:depth]) / "cpu.shares").read_text()) >= 1024 * cores
+    assert int((v1._dir("cpu") / "cpu.shares").read_text()) == 1024 * cores
+    v1.setup([0])  # a narrower slice never lowers a parent's weight (it may hold other slices)
+    assert int((v1._dir("cpu") / "cpu.shares").read_text()) == 1024 * cores
+
+
+@needs_v1
 def test_v1_real_group_confines_cores_and_resizes_in_place(v1: CgroupsV1) -> None:
     core = min(os.sched_getaffinity(0))
     v1.create("t", Limits(cores=(core,), mem_bytes=256 * MIB, cpu_quota=0.5))

@@ -107,6 +107,10 @@ def test_coda_throttles_the_bandwidth_heavy_cpu_job_beside_a_reporting_training_
         task = wait_for(throttled, timeout=90, what=f"job {stress} to be throttled\n{agent.log_text()[-3000:]}")
         assert task.throttle.level >= 1 and task.throttle.action.startswith("cpu quota")
         assert "node bandwidth" in task.throttle.reason and task.throttle.since_unix_s > 0
+        # the contender is throttled for the bandwidth it was measured to use, never on its first
+        # sample (no rate yet: "uses the most (0.00 GB/s)", what the runs showed)
+        used = re.search(r"uses the most \((\S+) GB/s\)", task.throttle.reason)
+        assert used and float(used[1]) > 0, task.throttle.reason
         assert admin.describe(train).tasks[0].HasField("throttle") is False  # the training job is never held
         desc = run_cli(capsys, "--state-dir", str(d.state_dir), "describe", str(stress))
         assert desc.code == 0 and "cpu quota" in desc.out and "Throttled" in desc.out, desc.out
