@@ -14,6 +14,7 @@ import faulthandler
 import signal
 import sqlite3
 import sys
+import time
 from typing import Sequence
 
 from synergy.scheduler.backends.slurm.bridge import SlurmRefused
@@ -62,15 +63,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Exit.DAMAGED_DATABASE if damaged else Exit.CANNOT_START
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` dumps every thread's stack
     done = app.stopping
+    # The handler only records the signal. `done.set()` in it could deadlock: the handler
+    # runs on the main thread between bytecodes, possibly inside `done.wait()` while that
+    # holds the event's (non-reentrant) lock, and `set()` takes the same lock; synergyd then
+    # never stopped (found as a test's "did not stop within 60 s of SIGTERM", stack in
+    # threading's _is_owned -> set).
+    signalled: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
+        signal.signal(sig, lambda signum, _frame: signalled.append(signum))
     print(f"synergyd listening on {app.address}", flush=True)  # after the handlers: a SIGTERM now is graceful
     if app.dashboard is not None:
         print(f"synergyd dashboard on http://{app.config.dashboard_host}:{app.dashboard.port}/", flush=True)
     # Timed waits: a signal may land on one of gRPC's threads, and the handler only runs
     # when the main thread executes bytecode; an untimed wait could sleep through SIGTERM.
-    while not done.wait(0.2):
-        pass
+    while not signalled and not done.is_set():
+        time.sleep(0.2)
     app.stop()
     if app.damaged is not None:
         print(f"synergyd: {app.damaged}: stopped; restore a backup (docs/daemon.md)", file=sys.stderr)
