@@ -64,7 +64,11 @@ class Scheduler:
         out = RoundOutput({})
         layout: Mapping[int, Allocation] | None = None  # the laid-out plan, when relabelled
         if cluster.servers:  # policies and mechanisms may assume at least one server
-            ordered = self.policy.order([j for j in jobs if j.id not in kept], inp.now_s, cluster)
+            ordered = self.policy.order([j for j in jobs if j.id not in kept and j.id not in inp.last], inp.now_s,
+                                        cluster)
+            if inp.last:
+                ordered = [*ordered, *self.policy.order([j for j in jobs if j.id in inp.last and j.id not in kept],
+                                                        inp.now_s, cluster)]
             own, loaned = split_loaned(cluster)  # Lyra: loaned servers take loanable jobs only
             if own.servers:
                 out = gpu_types.allocate(self.mechanism, ordered, replace(inp, cluster=own, jobs=ordered))

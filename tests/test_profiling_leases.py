@@ -83,15 +83,17 @@ def test_leases_leave_room_for_jobs_already_queued():
 
 def test_four_arrivals_on_four_gpus_and_two_cores_profile_at_once_at_half_a_core():
     """Issue 14: whole-CPU leases profiled two and kept two waiting, slower than their share
-    because of someone else's profiling. Where the share is below a CPU a lease may hold
-    half a core; where a whole CPU fits it still gets one."""
+    because of someone else's profiling. Where the share is below a CPU a lease holds half a
+    core, even where a whole one fits: two asks that came first took a core each, and the
+    arrivals a moment later waited for their profiling with GPUs free."""
     c = Cluster((Server("n0", Resources(4, 2, 8)),))
     asks = [ProfilingAsk(i, 1) for i in range(4)]
     leases = place_leases(asks, c, {}, sub_core=True)
     assert sorted(leases) == [0, 1, 2, 3] and all(p.cpus == 0.5 for p in leases.values())
     assert sorted(place_leases(asks, c, {}, sub_core=False)) == [0, 1]
     two = place_leases(asks[:2], c, {}, sub_core=True)
-    assert [p.cpus for p in two.values()] == [1.0, 1.0]
+    assert [p.cpus for p in two.values()] == [0.5, 0.5]
+    assert sorted(place_leases(asks[2:], c, {"n0": Resources(2, 1.0, 4)}, sub_core=True)) == [2, 3]  # room for the next
     assert place_leases(asks[:1], c, {"n0": Resources(3, 1.75, 0)}, sub_core=True) == {}  # a quarter is too little
 
 

@@ -102,3 +102,18 @@ def test_a_running_job_leaves_a_later_arrival_room_to_profile_in() -> None:
     assert sorted(leases.under) == [1, 2, 3], out.waiting
     assert out.allocations[0].placements[0].cpus == 0.5  # back to its share, not preempted
     assert sorted(out.allocations) == [0, 1, 2, 3] and not out.waiting
+
+
+def test_an_arrival_waiting_to_be_profiled_preempts_nobody() -> None:
+    """The round sees a job waiting for a lease (at its share) after every other job: under
+    SRTF a short arrival ranked first and preempted a running job to be profiled (the physical
+    run's dynamic trace: light3 stopped "no placement ... even at the proportional share")."""
+    running = [Job(i, "light", 1, 0.0, 1e6, LIGHT) for i in range(4)]  # long: SRTF ranks them last
+    short = Job(9, "light", 1, 1.0, 10.0, LIGHT)
+    decide = build_scheduler("srtf", "tune").schedule
+    first = decide(RoundInput(0.0, NODE, running, {}, 2.0))
+    previous = dict(first.allocations)
+    replay = ProfilingReplay(frozenset({9}), profile_s=4.0)
+    out, leases = profiling_round(RoundInput(2.0, NODE, [*running, short], previous, 2.0), replay, Leases({}), decide)
+    assert sorted(out.allocations) == [0, 1, 2, 3] and not leases.under
+    assert out.waiting == {9: "waiting for room to profile in"}

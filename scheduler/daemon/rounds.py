@@ -146,12 +146,14 @@ class RoundLoop:
             # waits, or is not kept, with the reason), as it is in the simulator.
             core_jobs = [self._core_job(j, cluster) for j in records]
             # Jobs waiting for a profiling lease (profiling.py) are seen at their proportional
-            # share, so that the round leaves them that room (their allocations go nowhere:
+            # share, after every other job (`RoundInput.last`: they preempt nobody), so that
+            # the round leaves them that room (their allocations go nowhere:
             # `ProfilingBook` places the leases in what the round leaves free). Unseen, the
             # round gave everything away, a lone job's best case and leftovers filled a node
             # with free GPUs, and arrivals waited for it to end (issue 14's dynamic trace).
-            core_jobs += [replace(self._core_job(j, cluster), profile=proportional_profile(j, cluster))
-                          for j in self.ctx.store.active_jobs() if waits_for_lease(j)]
+            stand_ins = [replace(self._core_job(j, cluster), profile=proportional_profile(j, cluster))
+                         for j in self.ctx.store.active_jobs() if waits_for_lease(j)]
+            core_jobs += stand_ins
             # Jobs asked to stop are on their way out: they hold no place to keep.
             previous = {
                 j.id: Allocation(j.id, j.placements, packed_with=j.packed_with or None)
@@ -159,7 +161,8 @@ class RoundLoop:
                 if j.state == JobState.RUNNING and j.placements and not j.stopping
             }
         started = time.perf_counter()
-        inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.config.heartbeat_window)
+        inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.config.heartbeat_window,
+                         last=frozenset(j.id for j in stand_ins))
         out = ctx.decider.decide(scheduler, inp)
         decision_s = time.perf_counter() - started
         ctx.metrics.decision_seconds.observe(decision_s)

@@ -21,11 +21,12 @@ share (which measures nothing above it):
 * a lease holds at least `min_cpus` (whole CPUs: a point is a CPU count) and at most
   `max_cpus`; the points above what it holds are left to the model (profiles/format.py
   extrapolates the curve), which is the price of never taking CPUs from work;
-* where the GPU-proportional share is below one CPU per GPU (`sub_core`), a lease may hold
-  half a core (`SUB_CORE_LEASE_CPUS`, the share of one GPU on four GPUs and two cores) when
-  whole CPUs do not fit: it measures half a core and a quarter, and four arrivals on such a
-  node profile side by side at once instead of two and then two (the others waited, slower
-  than their share because of someone else's profiling: the paper's promise broken);
+* where the GPU-proportional share is below one CPU per GPU (`sub_core`), a lease holds
+  half a core (`SUB_CORE_LEASE_CPUS`, the share of one GPU on four GPUs and two cores), never
+  more: it measures half a core and a quarter (the model and the job's online refinement
+  take it above), and four arrivals on such a node profile side by side at once instead of
+  two and then two (the others waited, slower than their share because of someone else's
+  profiling: the paper's promise broken);
 * memory: the node's free memory, split like the CPUs, in 3-decimal GB steps (what an
   agent can hold).
 
@@ -101,8 +102,11 @@ def place_leases(
             if gpus_left + EPS < ask.gpus:
                 continue
             cpus = _share(room.cpus, len(mine) + 1, max_cpus, sub_core)
-            if cpus >= least - EPS and cpus > best_cpus and room.mem_gb > EPS:
-                best, best_cpus = sid, cpus
+            # The most CPUs per lease wins; where leases are half a core whatever the room
+            # (`sub_core`), the room per lease still spreads the asks over the nodes.
+            score = room.cpus / (len(mine) + 1) if sub_core else cpus
+            if cpus >= least - EPS and score > best_cpus and room.mem_gb > EPS:
+                best, best_cpus = sid, score
         if best is not None:
             on_node.setdefault(best, []).append(ask)
     leases: dict[int, Placement] = {}
@@ -117,8 +121,10 @@ def place_leases(
 
 def _share(free_cpus: float, n: int, max_cpus: int, sub_core: bool = False) -> float:
     """Whole CPUs each of `n` leases gets of `free_cpus`, at most `max_cpus`; where
-    `sub_core` and a whole CPU does not fit, `SUB_CORE_LEASE_CPUS` if that does (else 0)."""
-    whole = min(max_cpus, math.floor(free_cpus / n + 1e-9))
-    if whole >= 1 or not sub_core:
-        return whole
-    return SUB_CORE_LEASE_CPUS if free_cpus / n + 1e-9 >= SUB_CORE_LEASE_CPUS else 0
+    `sub_core`, `SUB_CORE_LEASE_CPUS` if that fits (else 0), never more: there a whole CPU is
+    two GPUs' share, and an arrival a moment later found the node's CPUs held by two
+    whole-CPU leases and waited for their profiling with GPUs free (the physical run's
+    static trace: the first pass saw two asks of eight and gave each a core)."""
+    if sub_core:
+        return SUB_CORE_LEASE_CPUS if free_cpus / n + 1e-9 >= SUB_CORE_LEASE_CPUS else 0
+    return min(max_cpus, math.floor(free_cpus / n + 1e-9))

@@ -4,8 +4,9 @@ A job profiled live (`ProfilingReplay.jobs`) is not seen by the core until its p
 known, exactly as in synergyd (daemon/profiling.py):
 
 * while it waits for room, the round sees it at its proportional share (a profile flat above
-  the share, `profiles/knee.py`), so that the jobs before it leave it that room, and drops
-  its allocation; once the round is decided, a lease
+  the share, `profiles/knee.py`), ordered after every other job (`RoundInput.last`: it takes
+  no GPU another job wants), so that the jobs placed leave it that room, and drops its
+  allocation; once the round is decided, a lease
   is placed in what neither the round's allocations nor the other leases hold, by the same
   core function the daemon calls (`placement.profiling.place_leases`, `sub_core` where the
   share is below one CPU per GPU), asks in arrival order;
@@ -82,7 +83,8 @@ def profiling_round(
     share = cluster.proportional_share(1)
     stand_ins = [replace(j, profile=knee_profile(j.model, j.profile.task, share.cpus, share.mem_gb)) for j in waiting]
     core_in = replace(inp, cluster=seen, jobs=[j for j in inp.jobs if j.id not in hidden] + stand_ins,
-                      previous={jid: a for jid, a in inp.previous.items() if jid not in hidden})
+                      previous={jid: a for jid, a in inp.previous.items() if jid not in hidden},
+                      last=frozenset(j.id for j in stand_ins))
     out = decide(core_in)
     out = replace(out, allocations={jid: a for jid, a in out.allocations.items() if jid not in hidden},
                   waiting={jid: why for jid, why in out.waiting.items() if jid not in hidden},

@@ -132,9 +132,10 @@ def test_arrivals_profile_side_by_side_on_a_two_cpu_node() -> None:
 
 
 def test_a_profiling_lease_measures_below_one_cpu_where_the_share_is_below_one() -> None:
-    """Four GPUs on two cores (half a CPU per GPU): the lease says `sub_core`, and a point
-    of a quarter core is accepted and set on the placement; whole-CPU points still work, and
-    a fraction that is not a sub-core point is refused naming the field."""
+    """Four GPUs on two cores (half a CPU per GPU): the lease says `sub_core` and holds half
+    a core even alone on the node (a whole one is two GPUs' share), a point of a quarter core
+    is accepted and set on the placement, and a whole CPU or a fraction that is not a sub-core
+    point is refused naming the field."""
     from synergy.scheduler.daemon.errors import InvalidArgument
 
     logic = _logic()
@@ -144,12 +145,12 @@ def test_a_profiling_lease_measures_below_one_cpu_where_the_share_is_below_one()
     assert logic.profiling.place() == 1
     node.heartbeat()
     lease = logic.jobs.get(job)
-    assert lease.profile_sub_core and lease.profile_max_cpus == 2
+    assert lease.profile_sub_core and lease.profile_max_cpus == 0.5 and lease.placements[0].cpus == 0.5
     logic.leases.renew(job, job, 1, 0, step=1, samples_per_s=1, steps_per_s=1, profile_cpus=0.25)
     assert logic.jobs.get(job).placements[0].cpus == 0.25
-    logic.leases.renew(job, job, 1, 0, step=2, samples_per_s=1, steps_per_s=1, profile_cpus=2)
-    assert logic.jobs.get(job).placements[0].cpus == 2
-    for bad, field in ((0.3, "profile_sub_cpus"), (1.5, "profile_cpus"), (3, "profile_cpus")):
+    logic.leases.renew(job, job, 1, 0, step=2, samples_per_s=1, steps_per_s=1, profile_cpus=0.5)
+    assert logic.jobs.get(job).placements[0].cpus == 0.5
+    for bad, field in ((0.3, "profile_sub_cpus"), (1, "profile_cpus"), (2, "profile_cpus")):
         try:
             logic.leases.renew(job, job, 1, 0, step=3, samples_per_s=1, steps_per_s=1, profile_cpus=bad)
         except InvalidArgument as exc:
