@@ -117,3 +117,19 @@ def test_an_arrival_waiting_to_be_profiled_preempts_nobody() -> None:
     out, leases = profiling_round(RoundInput(2.0, NODE, [*running, short], previous, 2.0), replay, Leases({}), decide)
     assert sorted(out.allocations) == [0, 1, 2, 3] and not leases.under
     assert out.waiting == {9: "waiting for room to profile in"}
+
+
+def test_a_stand_in_is_packed_after_the_jobs_it_waits_behind() -> None:
+    """The physical run's dynamic trace: a job profiled a moment before ("light1") lost its
+    place to the stand-in of a later arrival, which TUNE packed first for its larger demand
+    (share 0.5 CPU, 1 GB against the light job's quarter core), and was preempted. Stand-ins
+    (`RoundInput.last`) are packed last whatever their demand."""
+    from synergy.scheduler.profiles.knee import knee_profile
+
+    whole = (Server("n0", Resources(4, 2, 4)),)
+    seen = Cluster((Server("n0", Resources(3, 1.5, 2.3)),), share_basis=whole)  # a lease holds the rest
+    heavy, light = Job(1, "heavy", 1, 0.0, 1e6, HEAVY), Job(2, "light", 1, 5.0, 1e6, LIGHT)
+    stand_in = Job(4, "light", 1, 15.0, 1e6, knee_profile("light", "image", 0.5, 1.0))
+    out = build_scheduler("srtf", "tune").schedule(RoundInput(20.0, seen, [heavy, light, stand_in], {}, 2.0,
+                                                              last=frozenset({4})))
+    assert sorted(out.allocations) == [1, 2] and 4 in out.waiting, out.waiting

@@ -58,6 +58,9 @@ def runnable_by_gpu(ordered: Sequence[Job], free_gpus: float) -> tuple[list[Job]
     return runnable, waiting
 
 
-def pack_order(jobs: Sequence[Job], demand: dict[int, tuple[float, float]]) -> list[Job]:
-    """Largest first along GPU, then CPU, then memory demand (§4.2), stable on policy order."""
-    return sorted(jobs, key=lambda j: (-j.gpus, -demand[j.id][0] * j.gpus, -demand[j.id][1] * j.gpus))
+def pack_order(jobs: Sequence[Job], demand: dict[int, tuple[float, float]],
+               last: frozenset[int] = frozenset()) -> list[Job]:
+    """Largest first along GPU, then CPU, then memory demand (§4.2), stable on policy order;
+    the stand-ins of `last` (RoundInput.last) after every other job, whatever their demand:
+    packed first, a stand-in's share left a job that had just been profiled no room."""
+    return sorted(jobs, key=lambda j: (j.id in last, -j.gpus, -demand[j.id][0] * j.gpus, -demand[j.id][1] * j.gpus))

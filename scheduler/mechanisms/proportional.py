@@ -30,7 +30,7 @@ class Proportional:
         runnable, waiting = runnable_by_gpu(ordered, state.free_gpus)
         c, m = proportional_per_gpu(inp.cluster)
         demand = {j.id: (c, m) for j in runnable}
-        for job in pack_order(runnable, demand):
+        for job in pack_order(runnable, demand, inp.last):
             found = place(state, job.gpus, c, m, self.scorer)
             if found is None:
                 waiting[job.id] = f"no server set fits {job.gpus} GPUs at the proportional share"

@@ -71,6 +71,7 @@ class _TuneRound:
         self.per_gpu: dict[int, tuple[float, float]] = {}
         self.gpus: dict[int, int] = {}
         self.reverted: set[int] = set()
+        self.last = inp.last
 
     def run(self, ordered: Sequence[Job], stranding_aware: bool = True) -> RoundOutput:
         runnable, waiting = runnable_by_gpu(ordered, self.state.free_gpus)
@@ -91,7 +92,7 @@ class _TuneRound:
         self, runnable: Sequence[Job], demand: dict[int, tuple[float, float]], waiting: dict[int, str]
     ) -> dict[int, str]:
         """Place every runnable job (steps 1 and 2(a) as needed); returns who still waits."""
-        for job in pack_order(runnable, demand):
+        for job in pack_order(runnable, demand, self.last):
             if not self._place(job, *demand[job.id]):
                 waiting[job.id] = f"no placement for {job.gpus} GPUs even at the proportional share"
         return waiting

@@ -28,7 +28,7 @@ share (which measures nothing above it):
   two and then two (the others waited, slower than their share because of someone else's
   profiling: the paper's promise broken);
 * memory: the node's free memory, split like the CPUs, in 3-decimal GB steps (what an
-  agent can hold).
+  agent can hold); where `sub_core`, at most the GPU-proportional share.
 
 Deterministic: nodes in cluster order, ties to the first.
 """
@@ -115,7 +115,11 @@ def place_leases(
         cpus = _share(room.cpus, len(mine), max_cpus, sub_core)
         mem = math.floor(room.mem_gb / len(mine) * 1000) / 1000
         for ask in mine:
-            leases[ask.job_id] = Placement(sid, ask.gpus, float(cpus), mem)
+            # Where `sub_core`, no more memory than the share either: a lease's 1.7 GB of a
+            # 4 GB node left a job profiled a moment before no room to run on (the profile's
+            # memory axis comes from the cache model, not from memory held under the lease).
+            own = min(mem, math.floor(cluster.proportional_share(ask.gpus).mem_gb * 1000) / 1000) if sub_core else mem
+            leases[ask.job_id] = Placement(sid, ask.gpus, float(cpus), own)
     return leases
 
 
