@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 from synergy.profiler.coda import CodaSearch
 from synergy.profiler.fill import complete_profile
+from synergy.profiler.refine import flatten_noise
 from synergy.profiler.search import OptimisticSearch
 from synergy.profiler.storage import measure_read_bandwidth
 from synergy.profiler.subcore import SubCoreSearch
@@ -178,7 +179,7 @@ def build_profile(points: Sequence[tuple[float, float]], terms: ProfilingTerms, 
         dataset_bytes = max(1000, int((terms.max_mem_gb - process) * 0.5 * 1e9))
         sample_bytes, storage = dataset_bytes / 1000, INSENSITIVE_STORAGE_BYTES_PER_S
     return complete_profile(
-        points,
+        flatten_noise(points),
         gpus=max(1, terms.gpus),
         dataset_bytes=dataset_bytes,
         sample_bytes=sample_bytes,
