@@ -1,7 +1,7 @@
 """The profiling phase in the simulator (issue 14): the daemon's rule, replayed round by round.
 
-A job profiled live (`ProfilingReplay.jobs`) is not seen by the core until its profile is
-known, exactly as in synergyd (daemon/profiling.py):
+A job profiled live (`ProfilingReplay.jobs`) is seen by the core only as a stand-in until its
+profile is known, exactly as in synergyd (daemon/profiling.py, daemon/rounds.py):
 
 * while it waits for room, the round sees it at its proportional share (a profile flat above
   the share, `profiles/knee.py`), ordered after every other job (`RoundInput.last`: it takes
