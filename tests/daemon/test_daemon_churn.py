@@ -218,6 +218,19 @@ def _profile_doc(points: list[tuple[float, float]]) -> dict:
                             process_mem_gb=0.5, max_mem_gb=4.0, model="p", task="image")
 
 
+def _profiled_on_its_lease(logic: Logic, node: SimNode, points: list[tuple[float, float]]) -> tuple[int, tuple]:
+    """A job submitted for live profiling, placed on its lease, its process registered and its
+    profile (`points`) reported: (its id, the lease's placements)."""
+    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
+                                    checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 1
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    lease = logic.jobs.get(job).placements
+    assert logic.leases.report_profile(job, job, _profile_doc(points)) == "profiled"
+    return job, lease
+
+
 def test_a_profiled_job_runs_on_where_it_was_profiled_without_a_restart() -> None:
     """Issue 14 (physical run): ending a profiling lease with a stop and a relaunch cost each
     job seconds of process start-up. Now the reported profile makes the job RUNNING on its
@@ -226,13 +239,7 @@ def test_a_profiled_job_runs_on_where_it_was_profiled_without_a_restart() -> Non
 
     logic = _logic(mechanism="tune")
     node = SimNode(logic, "n", gpus=4, cpus=4, mem_gb=8)
-    job = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
-                                    checkpoint_dir="/tmp/ckpt")).id
-    assert logic.profiling.place() == 1
-    node.heartbeat()
-    logic.leases.register_process(job, job, 1, 0, 1)
-    lease = logic.jobs.get(job).placements
-    assert logic.leases.report_profile(job, job, _profile_doc([(1, 10.0), (2, 20.0), (3, 20.0)])) == "profiled"
+    job, lease = _profiled_on_its_lease(logic, node, [(1, 10.0), (2, 20.0), (3, 20.0)])
     j = logic.jobs.get(job)
     assert j.state == JobState.RUNNING and j.attempt == 1 and not j.stopping and j.placements == lease
     assert not j.profiling_lease and j.profile_max_cpus == 0 and j.history[-1].reason.startswith("profiled on n:")
@@ -278,12 +285,7 @@ def test_a_running_job_leaves_an_arrival_room_for_its_profiling_lease() -> None:
     job is resized down in place (not preempted), and the arrival's lease fits."""
     logic = _logic(mechanism="tune")
     node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
-    first = logic.jobs.submit(JobSpec(name="p", command=("train",), gpus=1, profiler="synergy",
-                                      checkpoint_dir="/tmp/ckpt")).id
-    assert logic.profiling.place() == 1
-    node.heartbeat()
-    logic.leases.register_process(first, first, 1, 0, 1)
-    assert logic.leases.report_profile(first, first, _profile_doc([(0.5, 5.0), (1, 10.0), (2, 20.0)])) == "profiled"
+    first, _ = _profiled_on_its_lease(logic, node, [(0.5, 5.0), (1, 10.0), (2, 20.0)])
     clock(logic).advance(10)
     node.heartbeat()
     round_(logic)
