@@ -67,6 +67,8 @@ def test_bad_trace_rows(trace_file, body: str, needles: list[str]) -> None:
     (["--gpu-mix", "1:0"], "--gpu-mix"),
     (["--gpu-mix", "64:1", "--servers", "1"], "--gpu-mix"),
     (["--migration-cost-s", "300"], "--migration-cost-s"),
+    (["--start-cost-s", "-1"], "--start-cost-s"),
+    (["--start-cost-s", "nan"], "--start-cost-s"),
     (["--pairs", "p.json"], "--pairs is the pair table of packing; add --packing"),
     (["--packing", "--pairs", "/nonexistent/p.json"], "--pairs: /nonexistent/p.json: cannot read"),
 ])

@@ -73,6 +73,34 @@ def test_freed_resources_are_reused_at_the_next_boundary(memoise: bool) -> None:
 
 
 @pytest.mark.parametrize("memoise", [True, False])
+def test_a_start_cost_holds_the_gpu_and_later_jobs_queue_behind_it(memoise: bool) -> None:
+    """`start_cost_s`: each job makes no progress for that long after it starts, holding
+    its GPU, so the second job starts a round later than without it (a JCT that only adds
+    the cost after the fact would start it at 1200 s)."""
+    one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
+    jobs = [Job(i, "flat", 1, 0.0, 10_000.0, flat()) for i in range(2)]
+    res = run_jobs(jobs, one_gpu, memoise=memoise, start_cost_s=250.0)
+    assert res.records[0].completion_s == pytest.approx(1250.0)
+    assert res.records[1].first_start_s == 1500.0
+    assert res.records[1].completion_s == pytest.approx(2750.0)
+
+
+@pytest.mark.parametrize("memoise", [True, False])
+def test_every_restart_pays_the_start_cost_again(memoise: bool) -> None:
+    """Under LAS two jobs alternate round by round: each restart costs the start again, and
+    a job preempted while still starting keeps no progress from it."""
+    one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
+    jobs = [Job(i, "flat", 1, 0.0, 3_000.0, flat()) for i in range(2)]  # 300 s of work each
+    free = run_jobs([replace(j) for j in jobs], one_gpu, policy="las", memoise=memoise)
+    costly = run_jobs(jobs, one_gpu, policy="las", memoise=memoise, start_cost_s=100.0)
+    # Without a cost each finishes in its first round. With 100 s per start a round trains
+    # 200 s: 0 runs [0, 300) and [600, 800), 1 runs [300, 600) and [900, 1100), each
+    # paying its start twice (a cost paid once would end them at 700 and 1000).
+    assert [r.completion_s for r in free.records.values()] == pytest.approx([300.0, 600.0])
+    assert [r.completion_s for r in costly.records.values()] == pytest.approx([800.0, 1100.0])
+
+
+@pytest.mark.parametrize("memoise", [True, False])
 def test_las_alternates_and_tracks_attained_service(memoise: bool) -> None:
     one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
     jobs = [Job(i, "flat", 1, 0.0, 10_000.0, flat()) for i in range(2)]

@@ -116,6 +116,10 @@ def _add_scheduling_flags(p: argparse.ArgumentParser, single_mechanism: bool) ->
     g.add_argument("--migration-cost-s", type=float, default=0.0, metavar="SECONDS",
                    help="work a job redoes each time it migrates (its GPUs change between rounds); "
                         "below --round-s (default 0: migration is free)")
+    g.add_argument("--start-cost-s", type=float, default=0.0, metavar="SECONDS",
+                   help="seconds a job makes no progress each time its process starts (first start, after a "
+                        "preemption or a migration) while holding its allocation: start-up and checkpoint load "
+                        "(default 0: jobs run at once)")
     g.add_argument("--packing", action="store_true",
                    help="Tesserae's packing: jobs left pending share the GPUs of placed ones (same GPU count, "
                         "at most two per GPU) when their pair's combined normalised throughput is above 1; "
@@ -308,6 +312,7 @@ def spec_from_args(args: argparse.Namespace, mechanism: str = "tune") -> RunSpec
         opt_placement_limit=args.opt_placement_limit,
         migration_matching=args.migration_matching,
         migration_cost_s=args.migration_cost_s,
+        start_cost_s=args.start_cost_s,
         gpu_mix=None if args.gpu_mix is None else parse_gpu_mix(args.gpu_mix),
         **_cpu_array_spec(args),
         inference_servers=args.inference_servers,

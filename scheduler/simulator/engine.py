@@ -79,6 +79,11 @@ class EngineConfig:
     #: rule, then the job runs on); None: every job's profile is known on arrival, as before.
     #: Turns memoisation off.
     profiling: ProfilingReplay | None = None
+    #: Seconds a job makes no progress each time its process starts (Python and framework
+    #: start-up, loading its checkpoint): at its first start, after a preemption and after
+    #: a migration (on top of `migration_cost_s`). It holds its allocation meanwhile, so
+    #: later jobs queue behind it as they do on a real cluster. 0: jobs run at once.
+    start_cost_s: float = 0.0
 
 
 @dataclass
@@ -167,8 +172,9 @@ class _Running:
         self.t0 = t
 
     def materialise(self, t: float) -> None:
-        """Write progress at time t into the Job, which is what the core reads."""
-        self.job.done_iterations = self.done0 + self.rate * (t - self.t0)
+        """Write progress at time t into the Job, which is what the core reads (none while
+        it is still starting: its line starts below zero, `EngineConfig.start_cost_s`)."""
+        self.job.done_iterations = max(0.0, self.done0 + self.rate * (t - self.t0))
         self.job.attained_gpu_s = self.att0 + self.job.gpus * (t - self.t0)
 
 
@@ -470,7 +476,8 @@ class Simulation:
         g = c = m = cu = mu = 0.0
         for jid, alloc in allocs.items():
             r = running.get(jid)
-            if r is None:
+            started = r is None  # its process starts: first time, or after a preemption
+            if started:
                 job = active[jid]
                 r = running[jid] = _Running(job, t)
                 rec = self.records[jid]
@@ -499,6 +506,8 @@ class Simulation:
                 self.migrations += 1
                 self.records[jid].migrations += 1
                 self._redo(r, t)
+            if started or moved:
+                self._start(r)
             held = r.held
             g += held[0]
             c += held[1]
@@ -531,6 +540,16 @@ class Simulation:
             return
         r.rebase(t)
         r.done0 = max(0.0, r.done0 - r.rate * cost)
+        r.finish = r.t0 + (r.job.iterations - r.done0) / r.rate
+        r.k_done = self._boundary(r.finish)
+
+    def _start(self, r: _Running) -> None:
+        """A job whose process (re)starts now makes no progress for `start_cost_s`: its
+        progress line starts that many seconds of work below where it stands."""
+        cost = self.config.start_cost_s
+        if cost <= 0 or r.rate <= 0:
+            return
+        r.done0 -= r.rate * cost
         r.finish = r.t0 + (r.job.iterations - r.done0) / r.rate
         r.k_done = self._boundary(r.finish)
 

@@ -86,6 +86,8 @@ class RunSpec:
     migration_matching: bool = True
     #: Seconds of work a job migrated between consecutive rounds redoes (engine.py).
     migration_cost_s: float = 0.0
+    #: Seconds each (re)start of a job's process makes no progress (engine.py).
+    start_cost_s: float = 0.0
     #: Multi-GPU demand mix, (GPUs, weight) pairs; None = GPU_DEMAND_WEIGHTS.
     gpu_mix: tuple[tuple[int, float], ...] | None = None
     # CODA's CPU array (simulator/cpu_jobs.py, arrays/cpu_array.py): CPU-only jobs, generated
@@ -179,6 +181,8 @@ def _check_spec(spec: RunSpec) -> None:
             raise SimInputError(f"{flag} must be a positive number, got {value}")
     if not (0 <= spec.migration_cost_s < spec.round_s):
         raise SimInputError(f"--migration-cost-s must be >= 0 and below --round-s, got {spec.migration_cost_s}")
+    if not (spec.start_cost_s >= 0 and math.isfinite(spec.start_cost_s)):
+        raise SimInputError(f"--start-cost-s must be a number >= 0, got {spec.start_cost_s}")
     if spec.cpu_servers < 0:
         raise SimInputError(f"--cpu-servers must be >= 0, got {spec.cpu_servers}")
     try:
@@ -308,7 +312,7 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
     check_names(spec.policy, [spec.mechanism])
     scheduler = build(spec, prep.pairs)
     config = EngineConfig(spec.round_s, spec.max_time_h * 3600.0, prep.measured, memoise, spec.migration_cost_s,
-                          prep.inference)
+                          prep.inference, start_cost_s=spec.start_cost_s)
     t0 = clock()
     placeholder = next(iter(prep.profile_set.profiles.values()))
     result = Simulation(scheduler, prep.cluster, _gpu_jobs(prep, spec) + cpu_to_jobs(prep.cpu_trace, placeholder),
@@ -323,6 +327,7 @@ def simulate(prep: Prepared, mechanism: str | None = None, memoise: bool = True,
         "opt_placement_limit": spec.opt_placement_limit if spec.mechanism == "opt" else None,
         "migration_matching": spec.migration_matching,
         "migration_cost_s": spec.migration_cost_s,
+        "start_cost_s": spec.start_cost_s,
         "inference_servers": spec.inference_servers,
         "elastic_share": spec.elastic_share,
         "packing": spec.packing,
