@@ -117,7 +117,7 @@ class Scheduler:
         plan = hand_out(demands, jobs, own, cache=self.leftovers) if leftovers else demands
         plan = self.relabel(plan, inp.previous, own) if self.relabel is not None else dict(plan)
         if leftovers and self.stay_over_surplus:
-            plan = stay_on_surplus(plan, inp.previous, own, jobs, trimmable=jobs.keys())
+            plan = stay_on_surplus(plan, inp.previous, own, jobs, trimmable=jobs.keys(), cache=self.leftovers)
         return replace(out, allocations=taken_back(plan, demands) if leftovers else plan), plan
 
 
