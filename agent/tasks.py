@@ -530,15 +530,15 @@ class Supervisor:
     # -- the start-up phase (agent/startup.py) --------------------------------------------------
     def _end_startup(self, task: Task, why: str) -> None:
         """Apply the task's CPU quota (its share now: a RESIZE during start-up counts), then answer its job."""
-        phase = task.startup
+        ending = task.startup
         task.startup = None
         limits = self._limits(task)
         try:
             self.cgroups.apply(task.cgroup, limits)
         except CgroupError as exc:  # the group is gone (the task is exiting): nothing to hold
             event(self.log, "task.startup_quota_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
-        if phase is not None:
-            phase.close(answer=True)
+        if ending is not None:
+            ending.close(answer=True)  # after the quota: the job goes on only once it holds
         event(self.log, "task.startup_done", task=str(task.key), after_s=round(time.time() - task.started_at, 2),
               quota=round(limits.cpu_quota, 4), reason=why)
         self.save()
@@ -686,7 +686,7 @@ class Supervisor:
             event(self.log, "task.readopted", task=str(task.key), pid=task.pid, phase=task.phase.value,
                   cores=format_cpu_list(task.cores))
             if task.startup is not None:  # its job's word would go to the old agent's socket, closed
-                self._end_startup(task, "re-adopted by a new agent instance (the start-up socket went with the old one)")
+                self._end_startup(task, "re-adopted by a new agent instance (the socket went with the old one)")
         known = {t.cgroup for t in self.tasks.values()}
         for name in self.cgroups.children():
             key = key_of_cgroup(name)

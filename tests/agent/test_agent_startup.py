@@ -67,7 +67,7 @@ def _spec(job: int, go: Path, cpus: float) -> node_pb2.TaskSpec:
     )
 
 
-def _v1(tmp: str) -> CgroupsV1:
+def _v1() -> CgroupsV1:
     cg = detect(f"synergy-startup-test-{uuid.uuid4().hex[:8]}/n", (CORE,))
     if cg.kind != "v1":
         pytest.skip(f"needs root and cgroup v1 (CI runs as root); here: {cg.describe()}")
@@ -99,7 +99,7 @@ def _startup_over(sup: Supervisor, task: Task, timeout: float = 30) -> None:
 
 
 def test_a_starting_task_runs_beyond_its_quota_on_an_idle_core_and_is_held_to_it_after(tmp_path: Path) -> None:
-    cg = _v1(str(tmp_path))
+    cg = _v1()
     sup = _supervisor(tmp_path, cg)
     go = tmp_path / "go"
     try:
@@ -126,7 +126,7 @@ def test_a_busy_neighbour_keeps_its_allocation_while_a_task_starts_beside_it(tmp
     """0.7 CPU (training: its start-up over) and 0.1 CPU (starting) on one core. The weights (717 :
     102) give the neighbour its 0.7 and the starter the idle rest, 0.3; equal weights would have
     split the core in halves (the neighbour below its allocation), a quota 0.1 for the starter."""
-    cg = _v1(str(tmp_path))
+    cg = _v1()
     sup = _supervisor(tmp_path, cg)
     go, never = tmp_path / "go", tmp_path / "never"
     go.touch()
@@ -148,7 +148,7 @@ def test_a_busy_neighbour_keeps_its_allocation_while_a_task_starts_beside_it(tmp
 
 
 def test_the_cap_ends_the_phase_of_a_job_that_never_says(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    cg = _v1(str(tmp_path))
+    cg = _v1()
     sup = _supervisor(tmp_path, cg, startup_cap_s=1.0)
     try:
         launched = time.monotonic()
@@ -160,7 +160,8 @@ def test_the_cap_ends_the_phase_of_a_job_that_never_says(tmp_path: Path, caplog:
         _startup_over(sup, t)
         assert time.monotonic() - launched >= 1.0
         assert _cpu_file(cg, t, "cpu.cfs_quota_us") == _cpu_file(cg, t, "cpu.cfs_period_us") // 4
-        [done] = [r.fields for r in caplog.records if r.getMessage() == "task.startup_done"]  # type: ignore[attr-defined]
+        [done] = [r.fields for r in caplog.records  # type: ignore[attr-defined]
+                  if r.getMessage() == "task.startup_done"]
         assert done["task"] == str(t.key) and done["quota"] == 0.25 and done["after_s"] >= 1.0
         assert "its cap of 1 s" in done["reason"]
         assert sup.next_deadline() is None and sup.wake_fds() == []
@@ -173,7 +174,7 @@ def test_resize_and_throttle_during_start_up_and_an_agent_restart(tmp_path: Path
     """A RESIZE during start-up is remembered (new cpuset and weight now, its quota at the end); a
     throttle wins over the phase (a held contender stays held) and its restore gives the phase back;
     a new agent instance re-adopting a starting task applies its quota (the socket is gone)."""
-    cg = _v1(str(tmp_path))
+    cg = _v1()
     old = _supervisor(tmp_path, cg)
     new: Supervisor | None = None
     try:
@@ -200,7 +201,7 @@ def test_resize_and_throttle_during_start_up_and_an_agent_restart(tmp_path: Path
 
 
 def test_an_agent_leaving_its_tasks_running_applies_their_quota_first(tmp_path: Path) -> None:
-    cg = _v1(str(tmp_path))
+    cg = _v1()
     sup = _supervisor(tmp_path, cg)
     try:
         t = sup.launch(_spec(1, tmp_path / "never", cpus=0.25))
