@@ -14,8 +14,8 @@ named by `SYNERGY_STARTUP_FD` = "FD:INODE" (the inode proves the descriptor is t
 not a number some child process reused). `reached_training_loop` (the `SynergyIterator` calls
 it when its loop starts) sends `STARTED` and waits for `APPLIED`, which the agent sends only
 once the quota is written: nothing after it (the wrap's profiling windows above all) measures
-a process that runs beyond its allocation. The wait is bounded (`ACK_TIMEOUT_S`): a busy or
-restarted agent only costs the job that long, never its run. Any process may call it, once;
+a process that runs beyond its allocation. The wait is bounded (`ACK_TIMEOUT_S`): a busy agent
+costs the job at most that, a restarted one (its end closed) nothing. Any process may call it, once;
 a process the agent did not start this way (standalone, Slurm, a child) finds no variable and
 it does nothing.
 """
