@@ -59,6 +59,10 @@ class Limits:
     mem_bytes: int = 0  # 0 = no memory limit
     cpu_quota: float = 0.0  # CPUs of CPU time per period; 0 = no quota
     pids_max: int = 0  # processes and threads; 0 = no limit (or no pids controller)
+    #: CPUs the group's CFS weight stands for (v1 cpu.shares 1024, v2 cpu.weight 100 per CPU; None:
+    #: leave the weight alone). Weights proportional to the allocations give every contending task at
+    #: least its allocation on the cores it shares, whatever a task without a quota (start-up) asks.
+    cpu_weight: float | None = None
 
 
 def _write(path: Path, value: str) -> None:
@@ -287,6 +291,10 @@ class _TreeCgroups(Cgroups):
 
 #: cgroup v1 cpu.shares of one process (the kernel's default): the agent's groups get this per core
 CPU_SHARES_PER_CORE = 1024
+#: the kernel's bounds and defaults: v1 cpu.shares >= 2; v2 cpu.weight in [1, 10000], 100 per process
+V1_MIN_SHARES = 2
+V2_WEIGHT_PER_CPU = 100
+V2_MAX_WEIGHT = 10_000
 
 
 class CgroupsV1(_TreeCgroups):
@@ -344,6 +352,8 @@ class CgroupsV1(_TreeCgroups):
         period = int(_read(cpu / "cpu.cfs_period_us").strip() or 100_000)
         quota = int(limits.cpu_quota * period) if limits.cpu_quota > 0 else -1
         _write(cpu / "cpu.cfs_quota_us", str(max(quota, 1000) if quota > 0 else -1))
+        if limits.cpu_weight is not None:
+            _write(cpu / "cpu.shares", str(max(V1_MIN_SHARES, round(limits.cpu_weight * CPU_SHARES_PER_CORE))))
         if "pids" in self.roots:
             _write(self._dir("pids", name) / "pids.max", str(limits.pids_max) if limits.pids_max else "max")
 
@@ -410,6 +420,8 @@ class CgroupsV2(_TreeCgroups):
         period = 100_000
         quota = max(int(limits.cpu_quota * period), 1000) if limits.cpu_quota > 0 else 0
         _write(d / "cpu.max", f"{quota if quota else 'max'} {period}")
+        if limits.cpu_weight is not None:
+            _write(d / "cpu.weight", str(min(V2_MAX_WEIGHT, max(1, round(limits.cpu_weight * V2_WEIGHT_PER_CPU)))))
         if self.limits_pids:
             _write(d / "pids.max", str(limits.pids_max) if limits.pids_max else "max")
 

@@ -89,11 +89,12 @@ class Waker:
     def _stop(self, signum: int, _frame: object) -> None:
         self.stop_signal = signum
 
-    def wait(self, timeout_s: float) -> None:
+    def wait(self, timeout_s: float, fds: Sequence[int] = ()) -> None:
+        """Sleep until a signal, one of `fds` is readable (a job's start-up socket), or the timeout."""
         if self.stop_signal:
             return
-        ready, _, _ = select.select([self.r], [], [], max(0.0, timeout_s))
-        if ready:
+        ready, _, _ = select.select([self.r, *fds], [], [], max(0.0, timeout_s))
+        if self.r in ready:
             try:
                 while os.read(self.r, 512):
                     pass
@@ -421,7 +422,7 @@ class Agent:
                 deadline = self.supervisor.next_deadline()
                 if deadline is not None:
                     wake = min(wake, deadline)
-                waker.wait(wake - time.monotonic())
+                waker.wait(wake - time.monotonic(), self.supervisor.wake_fds() if self.taken_over else ())
             event(self.log, "agent.stopping", signal=signal.Signals(waker.stop_signal).name)
         except Fatal as exc:
             sys.stderr.write(f"synergy-agent: {exc}\n")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synergy.agent.cores import CoreGrant
+from synergy.agent.startup import Startup
 from synergy.common.tasks import LAUNCH_FAILED, TaskKey  # noqa: F401 - LAUNCH_FAILED re-exported
 from synergy.common.tasks import MAX_JOBS_PER_GPU  # noqa: F401 - the core's packing limit, re-exported
 from synergy.common.tasks import TaskPhase as Phase
@@ -74,6 +75,9 @@ class Task:
     packed_with: int = 0
     #: why the last RESIZE could not be applied (logged once, not at every repeat); "" after one held
     resize_failure: str = ""
+    #: its start-up phase (agent/startup.py: no CPU quota until its job reaches its training loop);
+    #: None once over, or when there is none (no cgroups)
+    startup: Startup | None = None
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -99,7 +103,7 @@ class Task:
             "shim_pid": self.shim_pid, "shim_ticks": self.shim_ticks, "exit_code": self.exit_code,
             "message": self.message, "stop_reason": self.stop_reason, "kill_at_unix": kill_at_unix,
             "started_at": self.started_at, "lost": self.lost, "throttle_level": self.throttle_level,
-            "throttle_via": self.throttle_via, "packed_with": self.packed_with,
+            "throttle_via": self.throttle_via, "packed_with": self.packed_with, "starting": self.startup is not None,
         }
 
     @classmethod
@@ -114,6 +118,7 @@ class Task:
             message=r["message"], stop_reason=r["stop_reason"], started_at=float(r["started_at"]),
             lost=r.get("lost", ""), adopted=True, throttle_level=int(r.get("throttle_level", 0)),
             throttle_via=r.get("throttle_via", "quota"), packed_with=int(r.get("packed_with", 0)),
+            startup=Startup.readopted() if r.get("starting") else None,
         )
 
 

@@ -48,11 +48,12 @@ from synergy.agent import state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list, pool_of
 from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tree, read_pid, resolve
+from synergy.agent.startup import STARTUP_CAP_S, Startup
 from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
     EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
     TaskKey, key_of_cgroup, log_tail)
 from synergy.agent.users import JobUsers, RunAs
-from synergy.common import contract
+from synergy.common import contract, startup
 from synergy.common.logs import event
 from synergy.common.tasks import IMPOSSIBLE_PLACEMENT
 from synergy.v1 import node_pb2
@@ -78,6 +79,7 @@ class Supervisor:
         log_max_bytes: int = 0,
         log_keep: int = 1,
         users: JobUsers = JobUsers(),
+        startup_cap_s: float = STARTUP_CAP_S,
     ) -> None:
         self.node_id = node_id
         self.cores = tuple(cores)
@@ -100,6 +102,8 @@ class Supervisor:
         self.log_max_bytes, self.log_keep = log_max_bytes, log_keep
         #: whom tasks run as (the default: the agent itself)
         self.users = users
+        #: the longest start-up phase (agent/startup.py; 0: none, the quota from the start)
+        self.startup_cap_s = startup_cap_s
         self.tasks: dict[TaskKey, Task] = {}
         self.counts = TaskCounts()
         #: the state file was read into `tasks` (load); re-adoption checks them (readopt)
@@ -118,11 +122,26 @@ class Supervisor:
                 mem += t.share.mem_gb
         return grants, gpus, mem
 
-    def _limits(self, share: Share, cores: tuple[int, ...], throttle_level: int = 0, via: str = "quota") -> Limits:
+    def _limits(self, task: Task, share: Share | None = None, cores: tuple[int, ...] | None = None,
+                throttle_level: int | None = None, via: str | None = None) -> Limits:
+        """The task's cgroup limits, as it is or with a new share / cores / throttle (not yet taken).
+
+        The CPU quota is its share; a throttle (quota actuator) takes a fraction of it, and wins
+        over the start-up phase, which has none (a contender the eliminator holds is held, starting
+        or not). The CFS weight is always the share: the one rule that keeps every contending task
+        at its allocation while a starting one runs without a quota (agent/startup.py).
+        """
+        share = task.share if share is None else share
+        cores = task.cores if cores is None else cores
+        level = task.throttle_level if throttle_level is None else throttle_level
+        via = task.throttle_via if via is None else via
         quota = share.cpus
-        if throttle_level > 0 and via == "quota":  # a throttled task keeps its cores, with a fraction of their time
-            quota = (share.cpus or len(cores)) / 2**throttle_level
-        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota, pids_max=self.pids_max)
+        if level > 0 and via == "quota":  # a throttled task keeps its cores, with a fraction of their time
+            quota = (share.cpus or len(cores)) / 2**level
+        elif task.startup is not None:
+            quota = 0.0  # none
+        return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota, pids_max=self.pids_max,
+                      cpu_weight=share.cpus)
 
     def _repool(self) -> None:
         """Move every fractional task onto the shared pool as it is now.
@@ -138,7 +157,7 @@ class Supervisor:
                 continue
             grant = replace(t.grant, shared=pool)
             try:
-                self.cgroups.apply(t.cgroup, self._limits(t.share, grant.cores, t.throttle_level, t.throttle_via))
+                self.cgroups.apply(t.cgroup, self._limits(t, cores=grant.cores))
                 if self.cgroups.kind == "none" and t.pid:
                     pin_tree(t.pid, grant.cores)
             except CgroupError as exc:
@@ -155,7 +174,7 @@ class Supervisor:
         if task is None or task.phase != Phase.RUNNING or (via == "quota" and self.cgroups.kind == "none"):
             return False
         try:
-            self.cgroups.apply(task.cgroup, self._limits(task.share, task.cores, level, via))
+            self.cgroups.apply(task.cgroup, self._limits(task, throttle_level=level, via=via))
         except CgroupError as exc:
             event(self.log, "contention.apply_failed", level=logging.WARNING, task=str(key), reason=str(exc))
             return False
@@ -211,12 +230,26 @@ class Supervisor:
                 f"{max(0.0, self.mem_gb - mem_used):g} of {self.mem_gb:g} GB are free"
             )
         task.gpu_indices = gpu_indices
+        job_end = -1  # the job's end of its start-up socket (agent/startup.py); none without cgroups
+        if self.cgroups.kind != "none" and self.startup_cap_s > 0:
+            task.startup, job_end = Startup.open(self.clock(), self.startup_cap_s)
         try:
-            self.cgroups.create(task.cgroup, self._limits(share, task.cores))
+            self._spawn(task, spec, run_as, workdir, job_end)
+        finally:
+            if job_end >= 0:
+                os.close(job_end)  # the job has its copy now (or never will)
+
+    def _spawn(self, task: Task, spec: node_pb2.TaskSpec, run_as: RunAs | None, workdir: Path, job_end: int) -> None:
+        """The task's cgroup, then its shim and job (`job_end` >= 0: passed on as the job's start-up socket)."""
+        share = task.share
+        try:
+            self.cgroups.create(task.cgroup, self._limits(task))
         except CgroupError as exc:
             self._remove_cgroup(task)
             raise LaunchError(f"cgroup: {exc}") from None
         env = self._environment(task, spec, run_as)
+        if job_end >= 0:
+            env[contract.STARTUP_FD] = startup.env_value(job_end)
         try:
             exe = resolve(spec.command[0], workdir, env.get("PATH", os.defpath))
         except LaunchError:
@@ -242,7 +275,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=(w,),
+                pass_fds=(w,) if job_end < 0 else (w, job_end),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(r)
@@ -280,6 +313,7 @@ class Supervisor:
             gpus=list(task.gpu_indices),
             packed_with=task.packed_with,
             cgroup=self.cgroups.kind,
+            startup_cap_s=self.startup_cap_s if task.startup is not None else 0,
             log=str(task.log_path),
             user=run_as.name if run_as else "",
             uid=run_as.uid if run_as else os.geteuid(),
@@ -352,6 +386,7 @@ class Supervisor:
 
     def _fail(self, task: Task, message: str) -> None:
         task.phase, task.exit_code, task.message = Phase.EXITED, LAUNCH_FAILED, f"launch failed: {message}"
+        self._drop_startup(task)
         task.grant, task.gpu_indices = CoreGrant(), ()
         self.counts.exits["launch_failed"] += 1
         event(self.log, "task.launch_failed", level=logging.WARNING, task=str(task.key), job=task.name, reason=message)
@@ -374,8 +409,7 @@ class Supervisor:
         if not why:
             try:
                 grant = choose_cores(cpus, self.cores, held, keep=task.grant)
-                self.cgroups.apply(task.cgroup, self._limits(new, grant.cores, task.throttle_level,
-                                                             task.throttle_via))
+                self.cgroups.apply(task.cgroup, self._limits(task, new, grant.cores))
                 if self.cgroups.kind == "none":
                     pin_tree(task.pid, grant.cores)
             except (CoreError, CgroupError) as exc:
@@ -448,6 +482,12 @@ class Supervisor:
                           reason="grace period over")
                     self._signal(task, signal.SIGKILL)
                     task.kill_at = None
+            if task.alive and task.startup is not None:
+                why = task.startup.heard()
+                if not why and now >= task.startup.deadline:
+                    why = f"its cap of {self.startup_cap_s:g} s, without a word from its job"
+                if why:
+                    self._end_startup(task, why)
             if task.cgroup_pending:
                 self._remove_cgroup(task)
         if changed:
@@ -476,9 +516,39 @@ class Supervisor:
         return EXIT_LOST
 
     def next_deadline(self) -> float | None:
-        """The earliest pending SIGKILL (monotonic), so the agent wakes for it."""
+        """The earliest pending SIGKILL or start-up cap (monotonic), so the agent wakes for it."""
         deadlines = [t.kill_at for t in self.tasks.values() if t.kill_at is not None and t.alive]
+        deadlines += [t.startup.deadline for t in self.tasks.values()
+                      if t.startup is not None and t.alive and t.startup.sock is not None]
         return min(deadlines, default=None)
+
+    def wake_fds(self) -> list[int]:
+        """The start-up sockets: the agent wakes as soon as a job says it reached its training loop
+        (the job waits for the answer)."""
+        return [fd for t in self.tasks.values() if t.startup is not None and (fd := t.startup.fileno()) is not None]
+
+    # -- the start-up phase (agent/startup.py) --------------------------------------------------
+    def _end_startup(self, task: Task, why: str) -> None:
+        """Apply the task's CPU quota (its share now: a RESIZE during start-up counts), then answer its job."""
+        ending = task.startup
+        task.startup = None
+        limits = self._limits(task)
+        try:
+            self.cgroups.apply(task.cgroup, limits)
+        except CgroupError as exc:  # the group is gone (the task is exiting): nothing to hold
+            event(self.log, "task.startup_quota_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
+        if ending is not None:
+            ending.close(answer=True)  # after the quota: the job goes on only once it holds
+        event(self.log, "task.startup_done", task=str(task.key), after_s=round(time.time() - task.started_at, 2),
+              quota=round(limits.cpu_quota, 4), reason=why)
+        self.save()
+
+    @staticmethod
+    def _drop_startup(task: Task) -> None:
+        """The task ended (or never started): its phase ends with it, unanswered."""
+        if task.startup is not None:
+            task.startup.close(answer=False)
+            task.startup = None
 
     def _exited(self, task: Task, code: int) -> None:
         if not task.adopted or state.same_process(task.pid, task.pid_ticks):
@@ -486,6 +556,7 @@ class Supervisor:
         oom = self.cgroups.oom_kills(task.cgroup)
         task.phase, task.exit_code, task.kill_at = Phase.EXITED, code, None
         task.oom_killed = bool(oom)
+        self._drop_startup(task)
         if task.lost:
             task.message = f"lost: {task.lost}; the job's processes were killed"
         elif oom:
@@ -614,6 +685,8 @@ class Supervisor:
             self.counts.readopted += 1
             event(self.log, "task.readopted", task=str(task.key), pid=task.pid, phase=task.phase.value,
                   cores=format_cpu_list(task.cores))
+            if task.startup is not None:  # its job's word would go to the old agent's socket, closed
+                self._end_startup(task, "re-adopted by a new agent instance (the socket went with the old one)")
         known = {t.cgroup for t in self.tasks.values()}
         for name in self.cgroups.children():
             key = key_of_cgroup(name)
@@ -644,8 +717,7 @@ class Supervisor:
                 self.stop(task.key, grace_s, f"the agent's --cpus changed and the task no longer fits: {exc}")
                 grant = CoreGrant(tuple(self.cores))
             try:
-                self.cgroups.apply(task.cgroup, self._limits(task.share, grant.cores, task.throttle_level,
-                                                             task.throttle_via))
+                self.cgroups.apply(task.cgroup, self._limits(task, cores=grant.cores))
             except CgroupError as exc:
                 event(self.log, "task.move_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
                 continue
@@ -674,6 +746,9 @@ class Supervisor:
         """
         if not stop_tasks:
             self.poll()
+            for task in self.tasks.values():  # no agent may come back to end their start-up
+                if task.alive and task.startup is not None:
+                    self._end_startup(task, "the agent is leaving its tasks running")
             self.save()
             event(self.log, "agent.tasks_left_running", tasks=sum(t.alive for t in self.tasks.values()),
                   state=str(self.state_path))

@@ -30,6 +30,9 @@ ALLOC_GPUS = "SYNERGY_ALLOC_GPUS"
 CHECKPOINT_DIR = "SYNERGY_CHECKPOINT_DIR"
 RESUME_CHECKPOINT = "SYNERGY_RESUME_CHECKPOINT"
 RESUME_STEP = "SYNERGY_RESUME_STEP"
+#: "FD:INODE" of the job's end of its start-up socket (synergy.common.startup); absent: no start-up
+#: phase. Not part of `JobEnv`: it belongs to the one process the agent started, which consumes it.
+STARTUP_FD = "SYNERGY_STARTUP_FD"
 
 #: gRPC settings every job process gets (the job's own env may override them). A DataLoader
 #: forks workers while the iterator's lease channel is live; without gRPC's fork handlers a

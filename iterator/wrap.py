@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from synergy.cache import MinioCache, find_caches
-from synergy.common import contract
+from synergy.common import contract, startup
 from synergy.common.contract import JobEnv
 from synergy.iterator import checkpoint
 from synergy.iterator.background import BackgroundWriter, Written, snapshot_copy
@@ -71,6 +71,9 @@ class SynergyIterator:
         self.keep_checkpoints = keep_checkpoints
         self.state = dict(state or {})
         env_map = sys.modules["os"].environ if environ is None else environ
+        self._environ = env_map
+        #: the agent was told this process reached its training loop (synergy.common.startup)
+        self._loop_reached = False
         self.env: JobEnv | None = None
         self.lease: LeaseKeeper | None = None
         self.position = Position()
@@ -264,6 +267,8 @@ class SynergyIterator:
         lease = self.lease
         assert lease is not None
         pos = self.position
+        if not self._loop_reached:
+            self._end_startup()
         if lease.stop_at and lease.step >= lease.stop_at:
             self._stop()
         it = self._start_epoch()
@@ -290,6 +295,15 @@ class SynergyIterator:
             pos.batches += 1
             lease.step += 1
             yield batch
+
+    def _end_startup(self) -> None:
+        """The training loop starts: the agent ends the task's start-up phase (no CPU quota until
+        now) and answers once the quota is in force. Before any batch, so no profiling window
+        (`_profile_step`, in the loop) ever measures the process beyond its allocation."""
+        self._loop_reached = True
+        said = startup.reached_training_loop(self._environ)
+        if said:
+            _say(said)
 
     # -- profiling lease -----------------------------------------------------------------------------
     def _profile_step(self, it: Iterator[Any]) -> Iterator[Any]:

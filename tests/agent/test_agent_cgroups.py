@@ -181,3 +181,27 @@ def test_v1_memory_limit_oom_kills_and_is_detected(v1: CgroupsV1) -> None:
     assert p.returncode == -9 and b"survived" not in out
     assert v1.oom_kills("hog") >= 1
     assert v1.remove("hog")
+
+
+def test_v2_weight_follows_the_allocation_within_the_kernel_s_bounds(tmp_path: Path) -> None:
+    """The CFS weight of a task is its allocation (the start-up phase relies on it: agent/startup.py)."""
+    root = _fake_v2(tmp_path / "cg")
+    cg = CgroupsV2(root, "synergy/n1")
+    cg.setup((0, 1))
+    t = root / "synergy" / "n1" / "t"
+    for cpus, weight in ((0.25, "25"), (1.5, "150"), (0.0, "1"), (500.0, "10000")):
+        cg.create("t", Limits(cores=(0,), cpu_weight=cpus))
+        assert (t / "cpu.weight").read_text() == weight
+    (t / "cpu.weight").write_text("77")
+    cg.apply("t", Limits(cores=(0,)))  # no weight given: left alone
+    assert (t / "cpu.weight").read_text() == "77"
+    cg.teardown()
+
+
+@needs_v1
+def test_v1_shares_follow_the_allocation(v1: CgroupsV1) -> None:
+    core = min(os.sched_getaffinity(0))
+    for cpus, shares in ((0.25, 256), (1.5, 1536), (0.0, 2)):
+        v1.create("w", Limits(cores=(core,), cpu_weight=cpus))
+        assert int((v1._dir("cpu", "w") / "cpu.shares").read_text()) == shares
+    assert v1.remove("w")

@@ -18,7 +18,9 @@ from synergyd_harness import DaemonProcess, wait_for
 pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cgroup v1 cpuset/memory/cpu "
                                 "(CI runs as root); the cgroup layer is unit-tested without")
 
-SLEEPER = "import os, time; print('PID', os.getpid(), flush=True); time.sleep(600)"
+#: says at once that it reached its training loop: its start-up phase (no quota) ends (agent/startup.py)
+SLEEPER = ("import os, time; from synergy.common.startup import reached_training_loop; reached_training_loop(); "
+           "print('PID', os.getpid(), flush=True); time.sleep(600)")
 
 
 def _cpu_quota(pid: int) -> float:
@@ -54,7 +56,7 @@ def test_cancelling_a_neighbour_does_not_move_the_job_on_the_other_node(tmp_path
         pid = agents[int(where["C"][0][1])].task_pid(ids["C"])
         # A quarter of a core (the node's share is half a CPU per GPU): CFS quota enforces it.
         assert [p.cpus for p in admin.describe(ids["C"]).placements] == [0.25]
-        assert abs(_cpu_quota(pid) - 0.25) < 1e-3
+        wait_for(lambda: abs(_cpu_quota(pid) - 0.25) < 1e-3, timeout=30, what="C's quota after its start-up")
         admin.CancelJob(admin_pb2.CancelJobRequest(job=str(ids["A"])))
         wait_for(lambda: admin.state(ids["A"]) == "cancelled", timeout=30, what="A to be cancelled")
         status = admin.GetClusterStatus(admin_pb2.GetClusterStatusRequest())

@@ -183,7 +183,8 @@ def test_resctrl_mba_caps_a_task_on_a_fake_tree(tmp_path: Path) -> None:
 
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
-BURN = "import os; print('PID', os.getpid(), flush=True)\nwhile True: pass"
+BURN = ("import os; print('PID', os.getpid(), flush=True)\n"
+        "from synergy.common.startup import reached_training_loop; reached_training_loop()\nwhile True: pass")
 SLEEP = "import time; time.sleep(600)"
 
 
@@ -215,6 +216,7 @@ def test_quota_actuator_halves_a_burning_cpu_job_and_restores_it(tmp_path: Path)
         burn, train = sup.launch(_spec(1, BURN, 0)), sup.launch(_spec(2, SLEEP, 1))
         assert burn.phase == train.phase == Phase.RUNNING
         quota = cg._dir("cpu", burn.cgroup) / "cpu.cfs_quota_us"
+        wait_for(lambda: (sup.poll(), burn.startup is None)[1], timeout=30, what="the start-up phase to end")
         assert quota.read_text().strip() == "100000"
 
         def spaced() -> NodeSample:

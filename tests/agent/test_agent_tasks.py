@@ -19,6 +19,9 @@ from synergyd_harness import wait_for
 from synergy.v1 import common_pb2, node_pb2
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
+#: says it reached its training loop at once (its start-up phase, without a quota, ends: agent/startup.py)
+STARTS_THEN_SLEEPS = ("from synergy.common.startup import reached_training_loop; reached_training_loop(); "
+                      "import time; time.sleep(600)")
 IGNORE_TERM = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                "print('PID', os.getpid(), flush=True); time.sleep(600)")
 
@@ -106,12 +109,13 @@ def test_four_half_cpu_tasks_share_two_cores_each_with_its_quota(tmp_path: Path)
     s = Supervisor(node_id="n", cores=CORES[:2], gpus=4, mem_gb=4, work_dir=tmp_path, cgroups=cg,
                    log=logging.getLogger("test-agent"), daemon_address="127.0.0.1:1")
     try:
-        tasks = [s.launch(_spec(j, cpus=0.5, mem_gb=0.25)) for j in range(1, 5)]
+        tasks = [s.launch(_spec(j, STARTS_THEN_SLEEPS, cpus=0.5, mem_gb=0.25)) for j in range(1, 5)]
         assert all(t.phase == Phase.RUNNING for t in tasks), [t.message for t in tasks]
         both = format_cpu_list(CORES[:2])
         assert all(t.grant.shared == CORES[:2] for t in tasks)
         for t in tasks:
             wait_for(lambda: cpus_allowed(t.pid) == both, timeout=30, what="affinity")
+            wait_for(lambda: (s.poll(), t.startup is None)[1], timeout=30, what="the start-up phase to end")
             if cg.kind == "v1":
                 quota = (cg._dir("cpu", t.cgroup) / "cpu.cfs_quota_us").read_text().strip()
                 period = (cg._dir("cpu", t.cgroup) / "cpu.cfs_period_us").read_text().strip()

@@ -20,7 +20,9 @@ from synergyd_harness import wait_for
 from synergy.v1 import common_pb2, node_pb2
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))
-BURN = "import os; print('PID', os.getpid(), flush=True)\nwhile True: pass"
+#: says at once that it reached its training loop, so its start-up phase (no quota) ends (agent/startup.py)
+BURN = ("import os; print('PID', os.getpid(), flush=True)\n"
+        "from synergy.common.startup import reached_training_loop; reached_training_loop()\nwhile True: pass")
 SLEEP = "import os, time; print('PID', os.getpid(), flush=True); time.sleep(600)"
 
 
@@ -116,6 +118,7 @@ def test_sampling_real_tasks_ranks_a_burner_above_a_sleeper(tmp_path: Path) -> N
     try:
         burn, sleep = sup.launch(_spec(1, BURN, 0.5)), sup.launch(_spec(2, SLEEP, 0.5))
         assert burn.phase == sleep.phase == Phase.RUNNING
+        wait_for(lambda: (sup.poll(), burn.startup is None)[1], timeout=30, what="the start-up phase to end")
         first = sampler.sample(sup.tasks.values())
         assert first.tasks["1-1-0"].cpu_cores == 0  # no rate before a second sample
         state: dict[str, object] = {"at": time.monotonic()}
