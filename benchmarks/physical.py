@@ -166,7 +166,7 @@ def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> Run:
             steps[name] = -(-samples // args.batch_size)
             ids.append(admin.submit(name, gpus=1, command=(
                 sys.executable, "-u", str(JOB), "--samples", str(samples), "--cpu-ms", str(cpu_ms),
-                "--step-s", str(args.step_s), "--batch-size", str(args.batch_size)),
+                "--step-s", str(args.step_s), "--batch-size", str(args.batch_size), "--workers", str(args.workers)),
                 working_dir=str(tmp), checkpoint_dir=str(tmp / f"ckpt-{mechanism}-{k}"),
                 profiler=profiler, iterations=steps[name]).id)
             if policy == "srtf" and k + 1 < args.jobs:
@@ -265,6 +265,8 @@ def main() -> int:
                    help="samples per job (one epoch); the dynamic trace's jobs take 1, 2 or 3 times it")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--step-s", type=float, default=0.04, help="device time per step")
+    p.add_argument("--workers", type=int, default=2,
+                   help="DataLoader workers per job: they load while the device step runs (0: in turn)")
     p.add_argument("--heavy-cpu-ms", type=float, default=10.0, help="loader CPU per sample, heavy jobs")
     p.add_argument("--light-cpu-ms", type=float, default=0.5, help="loader CPU per sample, light jobs")
     p.add_argument("--cpu-jobs", type=int, default=0,
