@@ -5,14 +5,14 @@ at every round boundary with the real time; the simulator calls it with simulate
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from synergy.scheduler.arrays.cpu_array import ArrayDecision, CpuArray, is_cpu_server, schedule_cpu_array
 from synergy.scheduler.elastic.scaling import base_gpus
 from synergy.scheduler.loaning.passes import place_on_loaned, split_loaned
 from synergy.scheduler.mechanisms.base import Mechanism
-from synergy.scheduler.mechanisms.leftover import HandOutCache, hand_out, taken_back
+from synergy.scheduler.mechanisms.leftover import hand_out, taken_back
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
@@ -48,9 +48,6 @@ class Scheduler:
     #: those jobs are trimmed toward their share, when that costs those nodes no speed
     #: (placement/surplus.py). False: the relabelled plan as it is.
     stay_over_surplus: bool = True
-    #: Leftover hand-outs remembered per server content (mechanisms/leftover.py): a pure
-    #: function's answers, so every round decides exactly as without it, only sooner.
-    leftovers: HandOutCache = field(default_factory=HandOutCache, compare=False, repr=False)
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans) get their own passes here; this release schedules
@@ -92,7 +89,7 @@ class Scheduler:
         # placed on what the demands leave, so CPU and memory nobody asked for never starve
         # them; they go to the jobs of the layout the round ends with.
         if getattr(self.mechanism, "redistribute", False) and training and cluster.servers:
-            training = hand_out(training, by_id, cluster, cpu_allocs.values(), inp.previous, self.leftovers)
+            training = hand_out(training, by_id, cluster, cpu_allocs.values(), inp.previous)
         allocations = {**training, **kept}
         waiting = _waiting(inp.jobs, {**allocations, **cpu_allocs}, {**out.waiting, **cpu_waiting}, verdicts, cluster)
         # A move is explained by the plan that decided the layout.
@@ -114,10 +111,10 @@ class Scheduler:
         """
         leftovers = bool(getattr(self.mechanism, "redistribute", False))
         demands = out.allocations
-        plan = hand_out(demands, jobs, own, cache=self.leftovers) if leftovers else demands
+        plan = hand_out(demands, jobs, own) if leftovers else demands
         plan = self.relabel(plan, inp.previous, own) if self.relabel is not None else dict(plan)
         if leftovers and self.stay_over_surplus:
-            plan = stay_on_surplus(plan, inp.previous, own, jobs, trimmable=jobs.keys(), cache=self.leftovers)
+            plan = stay_on_surplus(plan, inp.previous, own, jobs, trimmable=jobs.keys())
         return replace(out, allocations=taken_back(plan, demands) if leftovers else plan), plan
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from hypothesis import given, reject, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiles_for_tests import ZOO_LIKE
-from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources, Server
+from synergy.scheduler.model import Allocation, Cluster, Placement, Resources, Server
 from synergy.scheduler.placement import migration
 from synergy.scheduler.placement.fit import consolidated
 from synergy.scheduler.placement.scorers import StrandingBestFit, avoid_stranding, best_fit
@@ -315,91 +315,3 @@ def test_relabelled_renames_as_the_plain_rename_and_reuses_last_rounds_equal_all
         for jid, a in fast.items():
             one_piece = len(a.placements) == 1
             assert (a is previous.get(jid)) == (one_piece and previous.get(jid) == plain[jid])
-
-
-def _plain_hand_out(allocations, jobs, cluster, others=()):
-    """hand_out as it was: hold the whole plan on a ClusterState, then `redistribute`."""
-    from synergy.scheduler.mechanisms.leftover import redistribute
-
-    state = ClusterState(cluster)
-    index = state.index
-    hosts = {a.packed_with for a in allocations.values() if a.packed_with is not None}
-    eligible, plan = {}, []
-    for jid in sorted(allocations):
-        alloc = allocations[jid]
-        pieces = alloc.placements
-        if alloc.packed_with is not None or not all(p.server_id in index for p in pieces):
-            pieces = tuple(Placement(p.server_id, 0 if alloc.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
-                           for p in pieces if p.server_id in index)
-            if not pieces:
-                continue
-        plan.append((jid, pieces))
-        if (jid in jobs and len(pieces) == 1 == len(alloc.placements) and pieces[0].gpus > 0
-                and alloc.packed_with is None and jid not in hosts):
-            eligible[jid] = jobs[jid]
-    for alloc in sorted(others, key=lambda a: a.job_id):
-        pieces = tuple(p for p in alloc.placements if p.server_id in index)
-        if pieces and alloc.job_id not in allocations:
-            plan.append((alloc.job_id, pieces))
-    state.hold(plan)
-    out = dict(allocations)
-    for jid in redistribute(state, eligible):
-        out[jid] = out[jid].with_placements(state.held[jid])
-    return out
-
-
-def _zoo_jobs(ids):
-    profiles = list(ZOO_LIKE.values())
-    return {j: Job(j, "m", 1, 0.0, 1e6, profiles[j % len(profiles)]) for j in ids}
-
-
-@settings(max_examples=200, deadline=None)
-@given(plans(), st.booleans())
-def test_hand_out_per_server_and_cached_gives_the_plain_answer(drawn, twice) -> None:
-    """`hand_out` works server by server and may reuse answers (`HandOutCache`) across calls:
-    float for float the answer of holding the plan on a ClusterState and `redistribute`."""
-    from synergy.scheduler.mechanisms.leftover import HandOutCache, hand_out
-
-    cluster, previous, plan = drawn
-    jobs = _zoo_jobs(plan)
-    cache = HandOutCache()
-    try:
-        plain = _plain_hand_out(plan, jobs, cluster)
-        _plain_hand_out(previous, jobs | _zoo_jobs(previous), cluster)
-    except ValueError:  # a drawn packed pair counts the host's CPUs twice: over-committed
-        reject()
-    assert hand_out(plan, jobs, cluster) == plain
-    assert hand_out(plan, jobs, cluster, cache=cache) == plain
-    if twice:  # the same plan renamed (the layout after relabelling): answers reused
-        assert hand_out(previous, jobs | _zoo_jobs(previous), cluster, cache=cache) == \
-            _plain_hand_out(previous, jobs | _zoo_jobs(previous), cluster)
-    assert hand_out(plan, jobs, cluster, cache=cache) == plain
-
-
-def test_a_cached_hand_out_is_not_reused_for_another_profile() -> None:
-    """The same pieces on the same server with a job whose profile changed (the daemon
-    refines profiles online) get the new profile's answer, not the remembered one."""
-    from synergy.scheduler.mechanisms.leftover import HandOutCache, hand_out
-
-    cluster = Cluster((Server("s0", Resources(8, 24, 500)),))
-    plan = {1: Allocation(1, (Placement("s0", 1, 3.0, 62.5),))}
-    hungry, flat = ZOO_LIKE["cpu_hungry"], ZOO_LIKE["insensitive"]
-    cache = HandOutCache()
-    first = hand_out(plan, {1: Job(1, "m", 1, 0.0, 1e6, hungry)}, cluster, cache=cache)
-    again = hand_out(plan, {1: Job(1, "m", 1, 0.0, 1e6, flat)}, cluster, cache=cache)
-    assert again == _plain_hand_out(plan, {1: Job(1, "m", 1, 0.0, 1e6, flat)}, cluster)
-    assert again != first
-
-
-def test_hand_out_raises_each_job_from_what_the_ones_before_it_left() -> None:
-    """Two CPU-hungry jobs on one server with 12 CPUs free: the first raised takes what it
-    saturates at, the second only what is left (with the plain answer, cached or not)."""
-    from synergy.scheduler.mechanisms.leftover import HandOutCache, hand_out
-
-    cluster = Cluster((Server("s0", Resources(8, 18, 500)),))
-    plan = {j: Allocation(j, (Placement("s0", 1, 3.0, 62.5),)) for j in (1, 2)}
-    jobs = {j: Job(j, "m", 1, 0.0, 1e6, ZOO_LIKE["cpu_hungry"]) for j in (1, 2)}
-    for cache in (None, HandOutCache()):
-        out = hand_out(plan, jobs, cluster, cache=cache)
-        assert out == _plain_hand_out(plan, jobs, cluster)
-        assert sorted(a.placements[0].cpus for a in out.values()) == [6.0, 12.0]

@@ -32,8 +32,7 @@ gives each node's leftovers to the jobs that sit there at the end: the Fig. 9 ru
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, Placement
 from synergy.scheduler.placement.gpu_types import on_type
@@ -48,140 +47,75 @@ def redistribute(state: ClusterState, jobs: Mapping[int, Job]) -> set[int]:
     for i in range(len(state.ids)):
         if state.free_c[i] <= EPS and state.free_m[i] <= EPS:
             continue
-        local = [(jid, state.held[jid][0]) for jid in sorted(state.on_server[i])
-                 if jid in jobs and len(state.held[jid]) == 1]
-        for jid, cpus, mem in _top_up(state.free_c[i], state.free_m[i], local, jobs):
-            p = state.release(jid)[0]
+        local = [jid for jid in sorted(state.on_server[i]) if jid in jobs and len(state.held[jid]) == 1]
+        # Largest possible gain first: what the job would gain from all that is free here.
+        gains = []
+        for jid in local:
+            job, p = jobs[jid], state.held[jid][0]
+            now = job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus)
+            best = job.profile.speed((p.cpus + state.free_c[i]) / p.gpus, (p.mem_gb + state.free_m[i]) / p.gpus)
+            if best > now * (1 + 1e-6):
+                gains.append((-(best / now if now > 0 else float("inf")), jid))
+        for _, jid in sorted(gains):
+            job, p = jobs[jid], state.held[jid][0]
+            c_sat, m_sat = job.profile.best_case()
+            cpus = min(max(p.cpus, c_sat * p.gpus), p.cpus + state.free_c[i])
+            mem = min(max(p.mem_gb, m_sat * p.gpus), p.mem_gb + state.free_m[i])
+            if job.profile.speed(cpus / p.gpus, mem / p.gpus) <= job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus):
+                continue
+            state.release(jid)
             state.reserve(jid, (Placement(p.server_id, p.gpus, cpus, mem),))
             changed.add(jid)
     return changed
 
 
-def _top_up(free_c: float, free_m: float, local: Sequence[tuple[int, Placement]],
-            jobs: Mapping[int, Job]) -> list[tuple[int, float, float]]:
-    """One server's hand-out: `local`, the single-server jobs there in id order, topped up
-    from `free_c` CPUs and `free_m` GB, largest possible gain first. Returns (job, CPUs, GB)
-    for each job raised, in the order raised (each one's raise comes out of what the ones
-    before it left): `redistribute` and `hand_out` apply it with the same arithmetic."""
-    # Largest possible gain first: what the job would gain from all that is free here.
-    gains = []
-    for jid, p in local:
-        profile = jobs[jid].profile
-        now = profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus)
-        best = profile.speed((p.cpus + free_c) / p.gpus, (p.mem_gb + free_m) / p.gpus)
-        if best > now * (1 + 1e-6):
-            gains.append((-(best / now if now > 0 else float("inf")), jid, p))
-    raised: list[tuple[int, float, float]] = []
-    for _, jid, p in sorted(gains, key=lambda g: g[:2]):
-        profile = jobs[jid].profile
-        c_sat, m_sat = profile.best_case()
-        cpus = min(max(p.cpus, c_sat * p.gpus), p.cpus + free_c)
-        mem = min(max(p.mem_gb, m_sat * p.gpus), p.mem_gb + free_m)
-        if profile.speed(cpus / p.gpus, mem / p.gpus) <= profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus):
-            continue
-        # What ClusterState's release then reserve do to the server's free resources.
-        free_c = free_c + p.cpus - cpus
-        free_m = free_m + p.mem_gb - mem
-        raised.append((jid, cpus, mem))
-    return raised
-
-
-#: One server's content as `hand_out` sees it: (CPUs, GB) of capacity, then per piece in
-#: the order held: (job, GPUs, CPUs, GB, whether the job may be topped up).
-_ServerKey = tuple[float, float, tuple[tuple[int, int, float, float, bool], ...]]
-
-
-@dataclass
-class HandOutCache:
-    """`_top_up`'s answers per server content, across calls (a Fig. 9 round changes a few
-    of 16 servers, and the core hands out twice per round). An answer is reused only for
-    the same capacity, the same pieces in the same order and the very same profile objects
-    (held here, so they cannot be collected and their ids reused): the answer is then the
-    one `_top_up` would give, float for float. Bounded: emptied when it grows past `limit`."""
-
-    limit: int = 4096
-    answers: dict[_ServerKey, tuple[tuple[object, ...], tuple[tuple[int, float, float], ...]]] = field(
-        default_factory=dict)
-
-    def top_up(self, key: _ServerKey, local: list[tuple[int, Placement]],
-               jobs: Mapping[int, Job]) -> tuple[tuple[int, float, float], ...]:
-        profiles = tuple(jobs[jid].profile for jid, _ in local)
-        hit = self.answers.get(key)
-        if hit is not None and len(hit[0]) == len(profiles) and all(a is b for a, b in zip(hit[0], profiles)):
-            return hit[1]
-        free_c, free_m = key[0], key[1]
-        for _, _, c, m, _ in key[2]:
-            free_c -= c
-            free_m -= m
-        raised = tuple(_top_up(free_c, free_m, local, jobs)) if free_c > EPS or free_m > EPS else ()
-        if len(self.answers) >= self.limit:
-            self.answers.clear()
-        self.answers[key] = (profiles, raised)
-        return raised
-
-
 def hand_out(
     allocations: Mapping[int, Allocation], jobs: Mapping[int, Job], cluster: Cluster,
     others: Iterable[Allocation] = (), previous: Mapping[int, Allocation] | None = None,
-    cache: HandOutCache | None = None,
 ) -> dict[int, Allocation]:
     """The round's GPU-job `allocations` on `cluster` (its open GPU servers) with what is
-    still free there handed out, server by server (`_top_up`).
+    still free there handed out by `redistribute`.
 
     `others` (CPU-only jobs' allocations) only take room; placements off `cluster` are
     ignored. A packed pair takes room but gets nothing more: its GPUs are time-shared, and
     what more CPU or memory buys it is not what the job's own profile says. On a typed
     cluster each job is sized with its profile on its server's GPU type. A job whose
     allocation ends up equal to its `previous` one gets that very object back (the shells
-    compare allocations by identity first). `cache` remembers answers per server content
-    (`HandOutCache`); without one each server is worked out afresh.
+    compare allocations by identity first).
     """
-    typed = cluster.typed
-    caps = {s.id: s.capacity for s in cluster.servers}
+    state = ClusterState(cluster)
+    index, typed = state.index, cluster.typed
     hosts = {a.packed_with for a in allocations.values() if a.packed_with is not None}
     eligible: dict[int, Job] = {}
-    #: Server -> the pieces held there, in the order `redistribute`'s state would hold them.
-    content: dict[str, list[tuple[int, int, float, float, bool]]] = {}
+    plan: list[tuple[int, tuple[Placement, ...]]] = []
     for jid in sorted(allocations):  # one summation order, whatever order the plan comes in
         alloc = allocations[jid]
         pieces = alloc.placements
-        packed = alloc.packed_with is not None
+        if alloc.packed_with is not None or not all(p.server_id in index for p in pieces):
+            # GPUs counted once (a guest's are its host's); only what lies on `cluster`.
+            pieces = tuple(Placement(p.server_id, 0 if alloc.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
+                           for p in pieces if p.server_id in index)
+            if not pieces:
+                continue
+        plan.append((jid, pieces))
         job = jobs.get(jid)
-        one = (job is not None and len(pieces) == 1 and pieces[0].gpus > 0 and not packed and jid not in hosts
-               and pieces[0].server_id in caps)
-        if one:
+        if (job is not None and len(pieces) == 1 == len(alloc.placements) and pieces[0].gpus > 0
+                and alloc.packed_with is None and jid not in hosts):
             eligible[jid] = on_type(job, cluster.gpu_type_of(pieces[0].server_id)) if typed else job
-        for p in pieces:
-            if p.server_id in caps:  # GPUs are not counted here: a guest's are its host's
-                content.setdefault(p.server_id, []).append((jid, p.gpus, p.cpus, p.mem_gb, one))
     for alloc in sorted(others, key=lambda a: a.job_id):
-        if alloc.job_id not in allocations:
-            for p in alloc.placements:
-                if p.server_id in caps:
-                    content.setdefault(p.server_id, []).append((alloc.job_id, p.gpus, p.cpus, p.mem_gb, False))
-    out: dict[int, Allocation] | None = None
-    for sid, held in content.items():
-        cap = caps[sid]
-        local = [(t[0], allocations[t[0]].placements[0]) for t in held if t[4]]
-        if not local:
-            continue
-        key = (float(cap.cpus), float(cap.mem_gb), tuple(held))
-        if cache is not None:
-            raised = cache.top_up(key, local, eligible)
-        else:
-            free_c, free_m = key[0], key[1]
-            for _, _, c, m, _ in held:
-                free_c -= c
-                free_m -= m
-            raised = tuple(_top_up(free_c, free_m, local, eligible)) if free_c > EPS or free_m > EPS else ()
-        for jid, cpus, mem in raised:
-            if out is None:
-                out = dict(allocations)
-            p = allocations[jid].placements[0]
-            new = out[jid].with_placements((Placement(sid, p.gpus, cpus, mem),))
-            prev = previous.get(jid) if previous else None
-            out[jid] = prev if prev is not None and prev == new else new
-    return dict(allocations) if out is None else out
+        pieces = tuple(p for p in alloc.placements if p.server_id in index)
+        if pieces and alloc.job_id not in allocations:
+            plan.append((alloc.job_id, pieces))
+    state.hold(plan)
+    changed = redistribute(state, eligible)
+    if not changed:
+        return dict(allocations)
+    out = dict(allocations)
+    for jid in changed:
+        new = out[jid].with_placements(state.held[jid])
+        prev = previous.get(jid) if previous else None
+        out[jid] = prev if prev is not None and prev == new else new
+    return out
 
 
 def taken_back(allocations: Mapping[int, Allocation], demands: Mapping[int, Allocation]) -> dict[int, Allocation]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Collection, Mapping
 
-from synergy.scheduler.mechanisms.leftover import HandOutCache, hand_out
+from synergy.scheduler.mechanisms.leftover import hand_out
 from synergy.scheduler.model import EPS, Allocation, Cluster, Job, Placement
 
 #: Relative slack on "never slower than proportional" (profiles interpolate in floats).
@@ -47,7 +47,7 @@ def keeps_guarantee(job: Job, cluster: Cluster, gpu_type: str, cpus_per_gpu: flo
 
 def stay_on_surplus(
     plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster,
-    jobs: Mapping[int, Job], trimmable: Collection[int], cache: HandOutCache | None = None,
+    jobs: Mapping[int, Job], trimmable: Collection[int],
 ) -> dict[int, Allocation]:
     """`plan` (on `cluster`) with each single-server job it moves off the server it ran on
     put back there, with the plan's CPUs and memory for it, when that server still has its
@@ -101,7 +101,7 @@ def stay_on_surplus(
         back = Placement(home, now.gpus, now.cpus, now.mem_gb)
         stay = {**{other: out[other].with_placements((new,)) for other, new in trims},
                 jid: alloc.with_placements((back,))}
-        if trims and not _no_slower(out, stay, (home, now.server_id), jobs, cluster, cache):
+        if trims and not _no_slower(out, stay, (home, now.server_id), jobs, cluster):
             continue
         for other, new in trims:
             old = out[other].placements[0]
@@ -124,14 +124,14 @@ def stay_on_surplus(
 
 
 def _no_slower(plan: Mapping[int, Allocation], stay: Mapping[int, Allocation], servers: tuple[str, ...],
-               jobs: Mapping[int, Job], cluster: Cluster, cache: HandOutCache | None = None) -> bool:
+               jobs: Mapping[int, Job], cluster: Cluster) -> bool:
     """Whether `plan` with `stay`'s allocations instead is, on `servers` once each hands out
     its leftovers, at least as fast in the sum of its jobs' speedups over their share."""
     sub = Cluster(tuple(s for s in cluster.servers if s.id in servers), share_basis=cluster.basis)
     here = {jid for jid, a in plan.items() if any(p.server_id in servers for p in a.placements)}
 
     def value(allocs: Mapping[int, Allocation]) -> float:
-        handed = hand_out({jid: allocs[jid] for jid in sorted(here)}, jobs, sub, cache=cache)
+        handed = hand_out({jid: allocs[jid] for jid in sorted(here)}, jobs, sub)
         return sum(speedup(jobs[jid], a, cluster) for jid, a in handed.items()
                    if jid in jobs and a.packed_with is None and len(a.placements) == 1)
 
