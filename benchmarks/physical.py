@@ -249,7 +249,7 @@ def summary(makespan: float, jcts: list[float]) -> tuple[float, float, float]:
     return makespan, statistics.mean(jcts) if jcts else float("nan"), p99(jcts) if jcts else float("nan")
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mechanisms", default="proportional,tune")
     p.add_argument("--trace", choices=("static", "dynamic"), default="static",
@@ -275,7 +275,11 @@ def main() -> int:
     p.add_argument("--cpu-job-memory-gb", type=float, default=0.5, help="GB each CPU-only job asks for")
     p.add_argument("--cpu-job-s", type=float, default=30.0, help="seconds each CPU-only job runs")
     p.add_argument("--timeout-s", type=float, default=900.0)
-    args = p.parse_args()
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="physical-"))
     gpu_s = args.gpus
     results: dict[str, Run] = {}

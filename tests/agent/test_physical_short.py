@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,8 @@ pytestmark = pytest.mark.skipif(not is_root_with_v1(), reason="needs root and cg
 
 
 def test_the_short_physical_run_keeps_its_mechanics(tmp_path: Path) -> None:
-    args = Namespace(jobs=4, gpus=4, cpus="0-1", memory="4G", round_s=1.0, samples=240, batch_size=4, step_s=0.04,
-                     heavy_cpu_ms=10.0, light_cpu_ms=0.5, timeout_s=240.0, trace="static", cpu_jobs=0,
-                     cpu_job_cpus=0.5, cpu_job_memory_gb=0.5, cpu_job_s=30.0)
+    # The benchmark's own flags and defaults (two DataLoader workers per job among them).
+    args = physical.parser().parse_args(["--jobs", "4", "--round-s", "1", "--samples", "480", "--timeout-s", "240"])
     run = physical.run("tune", args, tmp_path)
     outcomes, makespan = run.outcomes, run.makespan_s
     assert [o.state for o in outcomes] == ["succeeded"] * 4, [(o.name, o.state, o.reason) for o in outcomes]
