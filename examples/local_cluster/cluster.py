@@ -160,7 +160,43 @@ class LocalCluster:
         if missing:
             return (f"CPU weight not set for {', '.join(missing)}: other load on this machine takes CPU "
                     "from the jobs, and the measured figures show it")
-        return f"the agents' cores go to the demo's jobs first ({', '.join(done)})"
+        return f"the agents' cores go to the demo's jobs first ({', '.join(done)}){self._weigh_control()}"
+
+    def _control_group(self) -> Path:
+        """The cgroup v1 `cpu` group synergyd and the agents run in (`_weigh_control`)."""
+        return CGROUP_ROOT / "cpu" / f"{self.cgroup_prefix}-control"
+
+    def _weigh_control(self) -> str:
+        """Give synergyd and the agents the jobs' weight too, so the jobs cannot starve them.
+
+        A task runs without a CFS quota until its job reaches its training loop (the agent's
+        start-up phase, docs/agent.md): under a parent weighted 256 times a process, the
+        starting jobs took the agents' cores from the agents themselves, whose heartbeats
+        then came 4-6 s late and whose nodes were declared lost. cgroup v1 only (this
+        machine's v2 tree has no cpu controller); elsewhere nothing is moved."""
+        group = self._control_group()
+        if not group.parent.is_dir():
+            return ""
+        try:
+            group.mkdir(exist_ok=True)
+            (group / "cpu.shares").write_text(str(CPU_SHARES_V1))
+            for child in self.children:
+                (group / "cgroup.procs").write_text(str(child.proc.pid))
+        except OSError as exc:
+            return f"; synergyd and the agents not weighted alike ({exc.strerror}): the jobs' start-up may slow them"
+        return "; synergyd and the agents weighted alike"
+
+    def _release_control(self) -> None:
+        """Remove the control group once its processes have exited (before `sweep` looks)."""
+        group = self._control_group()
+        for _ in range(50):  # an exited process leaves its group a moment later
+            try:
+                group.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
 
     # -- stopping ---------------------------------------------------------------------------------
     def stop(self) -> list[str]:
@@ -179,6 +215,7 @@ class LocalCluster:
                     forced.append(f"{child.name} (pid {child.proc.pid}) did not stop within {grace:g} s: killed")
                     _signal(child.proc, signal.SIGKILL)
                     child.proc.wait()
+        self._release_control()
         forced += self.sweep()
         return forced
 

@@ -160,8 +160,10 @@ def test_two_mechanisms_run_one_after_the_other_and_end_with_the_comparison(tmp_
     assert first < out.index("Summary, GPU-proportional") < second < out.index("Summary, Synergy-TUNE"), out
     assert re.search(r"synergyd pid \d+, round 1 s, mechanism proportional", out[first:second]), out
     if os.geteuid() == 0 and Path("/sys/fs/cgroup/cpu").is_dir():  # each run weights its agents' cgroups
+        # synergyd and the agents share the jobs' weight: unquota'd starting jobs (the agent's
+        # start-up phase) under a weight 256 times theirs made their heartbeats 4-6 s late.
         assert len(re.findall(r"^the agents' cores go to the demo's jobs first \(a0 cpu.shares=262144, a1 "
-                              r"cpu.shares=262144\)$", out, re.M)) == 2, out
+                              r"cpu.shares=262144\); synergyd and the agents weighted alike$", out, re.M)) == 2, out
     table = out[out.index("Comparison"):]
     header = next(line for line in table.splitlines() if "GPU-proportional" in line and "Synergy-TUNE" in line)
     assert "RATIO tune" in header, table
