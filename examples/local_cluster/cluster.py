@@ -188,15 +188,7 @@ class LocalCluster:
 
     def _release_control(self) -> None:
         """Remove the control group once its processes have exited (before `sweep` looks)."""
-        group = self._control_group()
-        for _ in range(50):  # an exited process leaves its group a moment later
-            try:
-                group.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.1)
+        _remove_cgroup(self._control_group())
 
     # -- stopping ---------------------------------------------------------------------------------
     def stop(self) -> list[str]:
@@ -231,14 +223,7 @@ class LocalCluster:
         for group in self.cgroup_dirs():
             forced.append(f"left-over cgroup {group} removed")
             for d in sorted((p for p in group.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [group]:
-                for _ in range(50):  # a killed process leaves its group a moment later
-                    try:
-                        d.rmdir()
-                        break
-                    except FileNotFoundError:
-                        break
-                    except OSError:
-                        time.sleep(0.1)
+                _remove_cgroup(d)
         return forced
 
     def stray_pids(self) -> list[int]:
@@ -269,6 +254,19 @@ class LocalCluster:
 
     def remove_root(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _remove_cgroup(d: Path) -> None:
+    """rmdir a cgroup (gone already is fine), retrying for 5 s: a process that exited or was
+    killed leaves its group a moment later."""
+    for _ in range(50):
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def cgroup_dirs(prefix: str) -> list[Path]:
