@@ -87,8 +87,7 @@ def test_a_start_cost_holds_the_gpu_and_later_jobs_queue_behind_it(memoise: bool
 
 @pytest.mark.parametrize("memoise", [True, False])
 def test_every_restart_pays_the_start_cost_again(memoise: bool) -> None:
-    """Under LAS two jobs alternate round by round: each restart costs the start again, and
-    a job preempted while still starting keeps no progress from it."""
+    """Under LAS two jobs alternate round by round: each restart costs the start again."""
     one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
     jobs = [Job(i, "flat", 1, 0.0, 3_000.0, flat()) for i in range(2)]  # 300 s of work each
     free = run_jobs([replace(j) for j in jobs], one_gpu, policy="las", memoise=memoise)
@@ -98,6 +97,20 @@ def test_every_restart_pays_the_start_cost_again(memoise: bool) -> None:
     # paying its start twice (a cost paid once would end them at 700 and 1000).
     assert [r.completion_s for r in free.records.values()] == pytest.approx([300.0, 600.0])
     assert [r.completion_s for r in costly.records.values()] == pytest.approx([800.0, 1100.0])
+
+
+@pytest.mark.parametrize("memoise", [True, False])
+def test_a_job_preempted_while_starting_owes_nothing_after(memoise: bool) -> None:
+    """Preempted before its start cost is paid, a job keeps no progress and owes none: it
+    restarts from zero and pays the whole cost again, not the rest of the old one too."""
+    one_gpu = Cluster.homogeneous(1, gpus=1, cpus=3, mem_gb=62.5)
+    long = Job(0, "flat", 1, 0.0, 10_000.0, flat())  # 1000 s of work
+    short = Job(1, "flat", 1, 10.0, 1_000.0, flat())  # 100 s, arrives while the long one starts
+    res = run_jobs([long, short], one_gpu, policy="srtf", memoise=memoise, start_cost_s=400.0)
+    # 0 starts [0, 300) and is preempted at 300 still starting; 1 runs [300, 800); 0 restarts
+    # at 900: 400 s of start, then its 1000 s (a debt carried over would end it at 2400).
+    assert res.records[1].completion_s == pytest.approx(800.0)
+    assert res.records[0].completion_s == pytest.approx(2300.0)
 
 
 @pytest.mark.parametrize("memoise", [True, False])
