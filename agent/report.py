@@ -121,6 +121,7 @@ def task_status(task: Task, node_id: str, latest: NodeSample | None = None,
         ),
         oom_killed=task.oom_killed,
         cores=sorted(task.grant.cores) if task.alive else [],
+        starting_up=task.startup is not None and task.alive,
     )
     sample = latest.tasks.get(str(k)) if latest is not None and task.alive else None
     if sample is not None:

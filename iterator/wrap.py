@@ -325,7 +325,8 @@ class SynergyIterator:
                     self.refiner = Refiner(self._measured, self.batch_size * self.position.world_size)
                     _say(f"measuring the profile at the {self._bound_cpus:g} CPUs this process runs on")
                 return it
-            p = self.profiler = live_profiler.LiveProfiler(lease.profiling, self.batch_size * self.position.world_size)
+            p = self.profiler = live_profiler.LiveProfiler(lease.profiling, self.batch_size * self.position.world_size,
+                                                           cpu_clock=live_profiler.family_cpu_s)
             _say(f"profiling lease: {lease.profiling.search} search up to {lease.profiling.max_cpus} CPUs")
         cpus, cores, _ = lease.in_force
         workers = p.on_batch(time.monotonic(), cpus, len(cores))
@@ -339,7 +340,7 @@ class SynergyIterator:
             _say("profiling done: " + ", ".join(f"{c} CPUs {s:.1f} samples/s" for c, s in p.result()))
             assert self.env is not None
             if self.env.rank == 0:  # one rank refines (and reports) for the job
-                points, guess = optimistic_points(p.result())
+                points, guess = optimistic_points(p.result(), saturated=p.saturated)
                 self.refiner = Refiner(points, self.batch_size * self.position.world_size, guess)
             if (self.cursor is not None and self._script_workers is not None
                     and getattr(self.loader, "num_workers", None) != self._script_workers):
@@ -389,7 +390,7 @@ class SynergyIterator:
         assert self.env is not None
         files = [Path(f) for f in self.cache_files] or None
         rss = live_profiler.process_rss_gb()
-        points, guess = optimistic_points(measured)
+        points, guess = optimistic_points(measured, saturated=self.profiler.saturated if self.profiler else ())
         model = self.env.job_name or f"job-{self.env.job_id}"
         batch = self.batch_size * self.position.world_size
 

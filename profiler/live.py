@@ -13,14 +13,19 @@ driver walks through the points the search chooses (`OptimisticSearch`, or `Coda
    iterator at the current position);
 3. **measure** a `ThroughputWindow` of real iterations (warm-up excluded: new workers start
    and fill their queues), record the point, and go back to 1 until the search is done.
+   With a `cpu_clock` (the CPU seconds of the process and its workers: `family_cpu_s`) the
+   window also reads how much CPU the job used; a point at which it used its whole quota
+   (`SATURATED_FRACTION`) is CPU-bound, and a search that can use that (`saturated`:
+   subcore.py) measures nothing below it. `saturated` lists those points for the caller
+   (refine.optimistic_points extrapolates from one of them).
 
 Then `result()` is ready: the measured points, which the caller completes into a profile
 (`build_profile`: the storage bandwidth of the files read through the job's MinIO cache, found
 by `synergy.cache.find_caches`, or memory treated as insensitive, and `complete_profile`'s
 MinIO fill) and reports.
 
-Pure apart from `build_profile` and `process_rss_gb` (which read files): the clock is passed
-to `on_batch`, so tests drive it without time.
+Pure apart from `build_profile`, `process_rss_gb` and `family_cpu_s` (which read files): the
+clocks are passed in, so tests drive it without time.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from synergy.profiler.coda import CodaSearch
 from synergy.profiler.fill import complete_profile
@@ -38,10 +43,11 @@ from synergy.profiler.refine import flatten_noise
 from synergy.profiler.search import OptimisticSearch
 from synergy.profiler.storage import measure_read_bandwidth
 from synergy.profiler.subcore import SubCoreSearch
-from synergy.profiler.window import ThroughputWindow
+from synergy.profiler.window import MIN_WINDOW_S, ThroughputWindow
 
-#: Iterations per window: skipped after a switch, then timed. Small: every point is real
-#: training, and a profile should take well under a minute (issue 8's target).
+#: Iterations per window: skipped after a switch, then timed (for at least `MIN_WINDOW_S`).
+#: Small: every point is real training, and a profile should take well under a minute
+#: (issue 8's target).
 WARMUP_ITERATIONS = 3
 MEASURE_ITERATIONS = 8
 #: Storage read budget of the bandwidth measurement, seconds.
@@ -49,6 +55,9 @@ STORAGE_BUDGET_S = 2.0
 #: The process memory the profile reserves, over the RSS measured once: peaks (a new
 #: epoch's workers, checkpoint buffers) and allocator slack come on top of a snapshot.
 PROCESS_HEADROOM = 1.5
+#: A point at which the job's processes used at least this share of its CPUs is CPU-bound
+#: (CFS quota: a job throttled in its periods reads about 0.95-1.0; a loading-light one 0.2-0.4).
+SATURATED_FRACTION = 0.85
 #: "Infinite" storage bandwidth (bytes/s) for a job whose reads do not go through a cache:
 #: the MinIO fill then makes every memory size as fast as full memory (insensitive).
 INSENSITIVE_STORAGE_BYTES_PER_S = 1e15
@@ -95,14 +104,20 @@ class LiveProfiler:
     """One profiling lease's state machine; see the module docstring."""
 
     def __init__(self, terms: ProfilingTerms, samples_per_batch: int, search: Any = None,
-                 warmup: int = WARMUP_ITERATIONS, measure: int = MEASURE_ITERATIONS) -> None:
+                 warmup: int = WARMUP_ITERATIONS, measure: int = MEASURE_ITERATIONS,
+                 cpu_clock: Callable[[], float] | None = None, min_s: float = MIN_WINDOW_S) -> None:
         self.terms = terms
         self.samples_per_batch = samples_per_batch
         self.search = search if search is not None else make_search(terms)
-        self.warmup, self.measure = warmup, measure
+        self.warmup, self.measure, self.min_s = warmup, measure, min_s
         self.want: float = 0
         self.window: ThroughputWindow | None = None
         self.phase = Phase.WAIT
+        #: CPU seconds of the job's processes (None: not read; no point is called saturated).
+        self.cpu_clock = cpu_clock
+        self._cpu_start = 0.0
+        #: Points (CPUs) at which the job used its whole quota over the window.
+        self.saturated: set[float] = set()
         self._next()
 
     def _next(self) -> None:
@@ -124,14 +139,24 @@ class LiveProfiler:
         if self.phase == Phase.WAIT:
             if abs(in_force_cpus - self.want) < 1e-9 and in_force_cores >= math.ceil(self.want):
                 self.phase = Phase.MEASURE
-                self.window = ThroughputWindow(self.warmup, self.measure)
+                self.window = ThroughputWindow(self.warmup, self.measure, self.min_s)
                 return workers_for(self.want)
             return None
         if self.phase == Phase.MEASURE:
-            assert self.window is not None
-            self.window.tick(now_s, self.samples_per_batch)
-            if self.window.done:
-                self.search.record(self.want, self.window.samples_per_s)
+            window = self.window
+            assert window is not None
+            started = window.started
+            window.tick(now_s, self.samples_per_batch)
+            if self.cpu_clock is not None and not started and window.started:
+                self._cpu_start = self.cpu_clock()
+            if window.done:
+                self.search.record(self.want, window.samples_per_s)
+                if self.cpu_clock is not None and window.elapsed_s > 0 and (
+                        self.cpu_clock() - self._cpu_start >= SATURATED_FRACTION * self.want * window.elapsed_s):
+                    self.saturated.add(self.want)
+                    note = getattr(self.search, "saturated", None)
+                    if note is not None:
+                        note(self.want)
                 self._next()
         return None
 
@@ -140,22 +165,38 @@ class LiveProfiler:
         return list(self.search.points)
 
 
-def process_rss_gb(pid: int | None = None) -> float:
-    """Resident memory of a process and its direct children (DataLoader workers), GB."""
+def _family(pid: int | None) -> Iterator[tuple[Path, list[str]]]:
+    """(/proc entry, its stat fields after the command name) of a process and its direct
+    children (DataLoader workers); a process that went away meanwhile is left out."""
     pid = os.getpid() if pid is None else pid
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if int(entry.name) == pid or ppid == pid:
-                total += int((entry / "statm").read_text().split()[1]) * page
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(entry.name) == pid or int(fields[1]) == pid:
+                yield entry, fields
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def process_rss_gb(pid: int | None = None) -> float:
+    """Resident memory of a process and its direct children (DataLoader workers), GB."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry, _ in _family(pid):
+        try:
+            total += int((entry / "statm").read_text().split()[1]) * page
         except (OSError, ValueError, IndexError):
             continue  # the process went away meanwhile
     return total / 1e9
+
+
+def family_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system, every thread) a process and its direct children used so
+    far: what a profiling window reads to tell a CPU-bound point (`SATURATED_FRACTION`)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(int(f[11]) + int(f[12]) for _, f in _family(pid)) / tick
 
 
 def build_profile(points: Sequence[tuple[float, float]], terms: ProfilingTerms, *, model: str,

@@ -11,7 +11,10 @@ Two halves, both pure (the clock and the allocation are passed in):
 * `optimistic_points`: when the top measured point is still `threshold` (10%, the search's)
   faster than the one below, one more row is added at twice its CPUs, on the straight line
   through the two (an upper bound for a concave, diminishing-returns curve: §3.1's shape, so
-  optimistic, as the paper's search is). The profile says so in its source.
+  optimistic, as the paper's search is). A lone point at which the job used its whole quota
+  (CPU-bound, so nothing was measured below it: subcore.py) is climbing too: the line then
+  runs through the origin (no CPU, no progress), again an upper bound for a concave curve.
+  The profile says so in its source.
 * `Refiner`: after profiling the job runs on, renewing its lease; whenever the allocation in
   force settles on a CPU count not measured yet (a round gave it more, or less), it measures a
   window of real iterations there and the point joins the curve, and the caller reports the
@@ -24,9 +27,9 @@ Two halves, both pure (the clock and the allocation are passed in):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Collection, Sequence
 
-from synergy.profiler.window import ThroughputWindow
+from synergy.profiler.window import MIN_WINDOW_S, ThroughputWindow
 
 #: Relative gain of the top point over the one below that still counts as climbing (the
 #: optimistic search's threshold, search.py).
@@ -55,11 +58,15 @@ def flatten_noise(points: Sequence[tuple[float, float]],
     return out
 
 
-def optimistic_points(points: Sequence[tuple[float, float]],
-                      threshold: float = CLIMB_THRESHOLD) -> tuple[list[tuple[float, float]], float | None]:
+def optimistic_points(points: Sequence[tuple[float, float]], threshold: float = CLIMB_THRESHOLD,
+                      saturated: Collection[float] = ()) -> tuple[list[tuple[float, float]], float | None]:
     """`points` (CPUs, samples/s), plus one extrapolated point at twice the top CPUs when the
-    top is still climbing; returns (points, the extrapolated CPU count or None)."""
+    top is still climbing; returns (points, the extrapolated CPU count or None). `saturated`:
+    the CPU counts at which the job used its whole quota (LiveProfiler.saturated)."""
     pts = sorted(points)
+    if len(pts) == 1 and pts[0][0] in saturated and pts[0][0] > 0 and pts[0][1] > 0:
+        c1, t1 = pts[0]  # CPU-bound and alone: on the line through the origin
+        return [*pts, (2.0 * c1, 2.0 * t1)], 2.0 * c1
     if len(pts) < 2:
         return pts, None
     (c0, t0), (c1, t1) = pts[-2], pts[-1]
@@ -75,12 +82,12 @@ class Refiner:
 
     def __init__(self, points: Sequence[tuple[float, float]], samples_per_batch: int,
                  guessed: float | None = None, warmup: int = 3, measure: int = 8,
-                 max_points: int = MAX_REFINEMENTS) -> None:
+                 max_points: int = MAX_REFINEMENTS, min_s: float = MIN_WINDOW_S) -> None:
         self.measured = dict(points)
         if guessed is not None:
             self.measured.pop(guessed, None)  # a guess is not a measurement
         self.samples_per_batch = samples_per_batch
-        self.warmup, self.measure, self.max_points = warmup, measure, max_points
+        self.warmup, self.measure, self.max_points, self.min_s = warmup, measure, max_points, min_s
         self.refined = 0
         self._cpus = 0.0
         self._window: ThroughputWindow | None = None
@@ -97,7 +104,7 @@ class Refiner:
         if not math.isclose(in_force_cpus, self._cpus, abs_tol=1e-9):
             self._cpus = in_force_cpus
             known = any(math.isclose(in_force_cpus, c, abs_tol=1e-9) for c in self.measured)
-            self._window = None if known else ThroughputWindow(self.warmup, self.measure)
+            self._window = None if known else ThroughputWindow(self.warmup, self.measure, self.min_s)
             return False
         if self._window is None:
             return False

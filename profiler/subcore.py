@@ -49,6 +49,8 @@ class SubCoreSearch:
         self._recheck: float | None = None
         #: A whole-CPU point (one CPU) measured a second time: its later figure.
         self._again: dict[float, float] = {}
+        #: Points at which the job used its whole quota (`saturated`): nothing is measured below.
+        self._saturated: set[float] = set()
 
     @property
     def max_cpus(self) -> int:
@@ -77,11 +79,13 @@ class SubCoreSearch:
             floor = (1.0 - self.tolerance) * max(v for c, v in values.items() if c >= 1)
             if values[1] < floor:
                 return None  # one CPU is already slower than the best: less will not do
+        if self.inner is not None and 1 in self._saturated:
+            return None  # one CPU used whole: less can only be slower
         for cpus in SUB_CORE_POINTS:
             if cpus not in self._below:
                 return cpus
-            if self._below[cpus] < floor:
-                return None  # slower here: the points below would be slower still
+            if self._below[cpus] < floor or cpus in self._saturated:
+                return None  # slower here, or CPU-bound: the points below would be slower still
         return None
 
     def _inverted(self, values: dict[float, float]) -> float | None:
@@ -117,6 +121,11 @@ class SubCoreSearch:
         if not (isinstance(samples_per_s, (int, float)) and math.isfinite(samples_per_s) and samples_per_s >= 0):
             raise ValueError(f"samples_per_s must be a finite number >= 0, got {samples_per_s!r}")
         self._below[cpus] = float(samples_per_s)
+
+    def saturated(self, cpus: float) -> None:
+        """The job used its whole quota while `cpus` was measured (the live driver's reading):
+        the search measures nothing below it."""
+        self._saturated.add(cpus)
 
     @property
     def points(self) -> list[tuple[float, float]]:

@@ -8,7 +8,7 @@ a disk write on the hot path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from synergy.scheduler.model import Placement
 from synergy.scheduler.tasks import TaskKey, TaskPhase
@@ -27,6 +27,8 @@ class ObservedTask:
     oom_killed: bool = False
     #: The cores (node-local ids) of the task's cpuset as the agent reports them.
     cores: tuple[int, ...] = ()
+    #: In its start-up phase: its job has not reached its training loop (TaskStatus.starting_up).
+    starting_up: bool = False
     #: Latest usage sample (ResourceUsage in dict form; empty = none yet). Live only.
     usage: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     #: The agent's contention eliminator throttles it (TaskThrottle in dict form; empty = not). Live only.
@@ -124,6 +126,20 @@ class LiveState:
             live = JobLive(attempt=attempt, since=now, accrued_to=now)
             self.jobs[job_id] = live
         return live
+
+    def starting(self, job_id: int, attempt: int, nodes: Sequence[str]) -> bool:
+        """Whether a rank of `attempt` (rank r on `nodes[r]`) has not reached its training loop:
+        its agent reports the task in its start-up phase (`starting_up`) or not started yet, or
+        has not reported it since it was placed (the launch is on its way, or deferred). A node not heard from since
+        the daemon started says nothing, so a restart does not make every job look new."""
+        for rank, node_id in enumerate(nodes):
+            node = self.nodes.get(node_id)
+            if node is None:
+                continue
+            task = node.tasks.get(TaskKey(job_id, attempt, rank))
+            if task is None or task.starting_up or task.phase == TaskPhase.STARTING:
+                return True
+        return False
 
     def tasks_of(self, job_id: int, attempt: int) -> list[tuple[str, ObservedTask]]:
         """(node id, task) for every observed, not yet exited task of one attempt."""

@@ -144,14 +144,20 @@ class RoundLoop:
             now = ctx.clock.now()
             # A job whose GPU types no schedulable node has is the core's to explain (it
             # waits, or is not kept, with the reason), as it is in the simulator.
-            core_jobs = [self._core_job(j, cluster) for j in records]
+            # A job whose process is still starting (interpreter, imports, workers: up to its
+            # training loop) is seen at its proportional share: its profile describes its
+            # training loop, not its start-up, and the agent weights a starting task's CPU by
+            # its allocation (agent/startup.py). Seen at a light job's quarter core, its
+            # start-up took 10-12 s beside the heavy jobs against 5 s at its share (issue 14's
+            # physical run), and the last jobs of the queue set the makespan.
+            core_jobs = [self._core_job(j, cluster, at_share=self._starting(j)) for j in records]
             # Jobs waiting for a profiling lease (profiling.py) are seen at their proportional
             # share, after every other job (`RoundInput.last`: they preempt nobody), so that
             # the round leaves them that room (their allocations go nowhere:
             # `ProfilingBook` places the leases in what the round leaves free). Unseen, the
             # round gave everything away, a lone job's best case and leftovers filled a node
             # with free GPUs, and arrivals waited for it to end (issue 14's dynamic trace).
-            stand_ins = [replace(self._core_job(j, cluster), profile=proportional_profile(j, cluster))
+            stand_ins = [self._core_job(j, cluster, at_share=True)
                          for j in self.ctx.store.active_jobs() if waits_for_lease(j)]
             core_jobs += stand_ins
             # Jobs asked to stop are on their way out: they hold no place to keep.
@@ -266,7 +272,14 @@ class RoundLoop:
         cluster = self.cluster()
         return {j.id: self._core_job(j, cluster) for j in records}
 
-    def _core_job(self, job: JobRecord, cluster: Cluster) -> Job:
+    def _starting(self, job: JobRecord) -> bool:
+        """A running job whose processes have not all reached their training loop (live.py)."""
+        return (job.state == JobState.RUNNING and bool(job.placements) and not job.stopping
+                and self.ctx.live.starting(job.id, job.attempt, [p.server_id for p in job.placements]))
+
+    def _core_job(self, job: JobRecord, cluster: Cluster, at_share: bool = False) -> Job:
+        """The job as the core sees it; `at_share`: with its proportional profile, whatever
+        its own (a stand-in for a profiling lease, or a process still starting)."""
         live = self.jobs.progress(job)
         steps, _, attained = live if live is not None else (job.steps_done, 0.0, job.attained_gpu_s)
         return Job(
@@ -275,7 +288,7 @@ class RoundLoop:
             gpus=job.spec.gpus,
             arrival_s=job.submitted_at,
             iterations=float(job.spec.iterations or DEFAULT_ITERATIONS),
-            profile=self.ctx.profiles.profile(job, cluster),
+            profile=proportional_profile(job, cluster) if at_share else self.ctx.profiles.profile(job, cluster),
             done_iterations=float(steps),
             attained_gpu_s=attained,
             kind=_kind(job),

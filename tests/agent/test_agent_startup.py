@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from synergy.agent.cgroups import Cgroups, CgroupsV1, detect
+from synergy.agent.report import task_status
 from synergy.agent.startup import Startup
 from synergy.agent.tasks import Phase, Supervisor, Task
 from synergy.common import contract
@@ -109,8 +110,11 @@ def test_a_starting_task_runs_beyond_its_quota_on_an_idle_core_and_is_held_to_it
         _started(sup, t)
         [starting] = _cores_used(t.pid, window_s=1.5)
         assert starting > 0.6, f"start-up used {starting:.2f} cores of an idle core (quota 0.25)"
+        # The daemon is told: its round sees a starting job at its proportional share.
+        assert task_status(t, "n").starting_up
         go.touch()
         _startup_over(sup, t)
+        assert not task_status(t, "n").starting_up
         wait_for(lambda: "LOOP start-up over: the agent applied the CPU quota" in t.log_path.read_text(),
                  timeout=30, what="the job's answer")
         assert _cpu_file(cg, t, "cpu.cfs_quota_us") == _cpu_file(cg, t, "cpu.cfs_period_us") // 4

@@ -303,3 +303,40 @@ def test_a_running_job_leaves_an_arrival_room_for_its_profiling_lease() -> None:
     assert j.state == JobState.RUNNING and not j.stopping and j.attempt == 1 and j.preemptions == 0
     lease = logic.jobs.get(arrival).placements
     assert lease and j.placements[0].cpus + lease[0].cpus <= 2 + 1e-9, (j.placements, lease)
+
+
+def test_a_job_still_starting_is_seen_at_its_share_then_at_its_profile() -> None:
+    """Issue 14's physical run: a light job placed at its quarter core started (interpreter,
+    imports, workers) under a quarter core's CPU weight beside the heavy jobs, 10-12 s against
+    5 s at its share, and the last jobs of the queue set the makespan. While its agent reports
+    the task in its start-up phase (`starting_up`) the round sees the job at its proportional share;
+    once its training loop runs, at its profile."""
+    from dataclasses import replace
+
+    from synergy.scheduler.tasks import TaskKey
+
+    logic = _logic(mechanism="tune")
+    node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    _profiled_on_its_lease(logic, node, [(0.25, 90.0), (0.5, 90.0)])  # light: a quarter core will do
+    twin = logic.jobs.submit(JobSpec(name="p2", command=("train",), gpus=1, profiler="synergy",
+                                     checkpoint_dir="/tmp/ckpt")).id  # the profile store answers
+    assert logic.jobs.get(twin).profile_source.startswith("stored"), logic.jobs.get(twin).profile_source
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    assert logic.jobs.get(twin).placements[0].cpus == 0.25  # placed at its demand
+    node.heartbeat()  # the launch goes out; the agent reports the task in its start-up phase
+    key = TaskKey(twin, 1, 0)
+    node.tasks[key] = replace(node.tasks[key], starting_up=True)
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    j = logic.jobs.get(twin)
+    assert j.placements[0].cpus == 0.5 and j.attempt == 1 and not j.stopping  # its share, resized in place
+    node.heartbeat()
+    node.tasks[key] = replace(node.tasks[key], starting_up=False)  # its training loop runs
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    j = logic.jobs.get(twin)
+    assert j.placements[0].cpus == 0.25 and j.attempt == 1 and not j.stopping

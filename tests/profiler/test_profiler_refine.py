@@ -15,6 +15,15 @@ def test_a_job_still_climbing_at_the_top_gets_one_optimistic_row():
     assert optimistic_points([(1, 100.0)]) == ([(1, 100.0)], None)
 
 
+def test_a_lone_cpu_bound_point_climbs_on_the_line_through_the_origin():
+    """A sub-core lease that found its half core used whole measures nothing below it
+    (subcore.py): the one point is still the job's profile, and more CPU is what it waits for."""
+    assert optimistic_points([(0.5, 46.0)], saturated={0.5}) == ([(0.5, 46.0), (1.0, 92.0)], 1.0)
+    assert optimistic_points([(0.5, 46.0)], saturated={0.25}) == ([(0.5, 46.0)], None)  # another point's
+    # With a point below, the measured line decides, saturated or not.
+    assert optimistic_points([(0.25, 45.0), (0.5, 46.0)], saturated={0.5}) == ([(0.25, 45.0), (0.5, 46.0)], None)
+
+
 @given(st.lists(st.tuples(st.sampled_from([0.25, 0.5, 1, 2, 3, 4, 6, 8]), st.floats(0.1, 1e4)), min_size=1,
                 max_size=8, unique_by=lambda p: p[0]))
 def test_the_guess_lies_above_the_top_and_never_below_its_throughput(points):

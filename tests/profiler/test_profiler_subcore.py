@@ -3,10 +3,13 @@ when one CPU is already as fast as more, so that a loading-light job's profile (
 demand) can be a fraction of a core where the share calls for it."""
 from __future__ import annotations
 
+import multiprocessing
+import time
+
 import pytest
 
 from synergy.profiler.fill import complete_profile
-from synergy.profiler.live import LiveProfiler, Phase, ProfilingTerms, make_search
+from synergy.profiler.live import SATURATED_FRACTION, LiveProfiler, Phase, ProfilingTerms, family_cpu_s, make_search
 from synergy.profiler.search import OptimisticSearch
 from synergy.profiler.subcore import SubCoreSearch
 from synergy.scheduler.profiles.format import SensitivityProfile
@@ -129,3 +132,69 @@ def test_one_cpu_measured_slower_than_half_a_core_is_measured_once_more():
     entry = complete_profile(search.points, gpus=1, dataset_bytes=10**6, sample_bytes=1e3,
                              storage_bytes_per_s=1e15, process_mem_gb=0.5, max_mem_gb=4.0, model="h", task="image")
     assert SensitivityProfile.from_dict("h", entry).best_case()[0] == 1.0
+
+
+def test_a_point_used_whole_ends_the_descent():
+    """The physical run: each heavy job, CPU-bound on its half-core lease, spent 2-3 s more at a
+    quarter core to learn it was slower there. A point whose quota the job used whole is the
+    lowest measured (below its share, no point can become a demand)."""
+    search = SubCoreSearch(None)
+    assert search.next_cpus() == 0.5
+    search.record(0.5, 46.0)
+    search.saturated(0.5)
+    assert search.next_cpus() is None and search.points == [(0.5, 46.0)]
+    # Not saturated: the same job is measured at a quarter core, as before.
+    search = SubCoreSearch(None)
+    search.record(0.5, 46.0)
+    assert search.next_cpus() == 0.25
+    # A whole-CPU lease whose one CPU was used whole measures nothing below one CPU.
+    search = SubCoreSearch(OptimisticSearch(1))
+    assert search.next_cpus() == 1
+    search.record(1, 90.0)
+    search.saturated(1)
+    assert search.next_cpus() is None
+
+
+def _profile_with_cpu(uses: float) -> LiveProfiler:
+    """A half-core lease driven to the end by a job that uses `uses` CPUs whatever it holds
+    (capped by its quota) and runs as fast as the light job."""
+    clock = {"t": 0.0, "cpu": 0.0}
+    terms = ProfilingTerms("synergy", 0, "image", 1, 1.0, sub_core=True)
+    p = LiveProfiler(terms, samples_per_batch=10, warmup=1, measure=4, cpu_clock=lambda: clock["cpu"])
+    while not p.done:
+        want = p.want
+        p.on_batch(clock["t"], want, 1)
+        while p.phase == Phase.MEASURE and p.want == want:
+            step = 10.0 / light(want)
+            clock["t"] += step
+            clock["cpu"] += min(uses, want) * step
+            p.on_batch(clock["t"], want, 1)
+    return p
+
+
+def test_the_live_driver_reads_the_cpu_a_point_used():
+    bound = _profile_with_cpu(uses=1.0)  # uses whatever it is given
+    assert bound.saturated == {0.5} and [c for c, _ in bound.result()] == [0.5]
+    idle = _profile_with_cpu(uses=0.1)  # a tenth of a core: not CPU-bound anywhere
+    assert idle.saturated == set() and [c for c, _ in idle.result()] == [0.25, 0.5]
+    edge = _profile_with_cpu(uses=0.5 * SATURATED_FRACTION * 0.97)  # just below the mark at 0.5
+    assert 0.5 not in edge.saturated and [c for c, _ in edge.result()] == [0.25, 0.5]
+
+
+def _burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_the_cpu_of_the_process_and_its_workers_is_read_from_proc():
+    """Real processes: a child that burns 0.6 s of CPU (a DataLoader worker's part) counts."""
+    before = family_cpu_s()
+    child = multiprocessing.get_context("fork").Process(target=_burn, args=(0.6,))
+    child.start()
+    during = 0.0
+    while child.is_alive() and during < 0.5:  # the parent sleeps: only the child's CPU counts
+        time.sleep(0.05)
+        during = family_cpu_s() - before
+    child.join()
+    assert during >= 0.5, f"read {during:.2f} s of CPU while a child burned 0.6 s"

@@ -37,7 +37,8 @@ def test_partial_rate_before_done():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"warmup": -1, "measure": 1}, "warmup"), ({"warmup": 1, "measure": 0}, "measure"),
-    ({"warmup": 1.5, "measure": 1}, "warmup"),
+    ({"warmup": 1.5, "measure": 1}, "warmup"), ({"warmup": 1, "measure": 1, "min_s": -1.0}, "min_s"),
+    ({"warmup": 1, "measure": 1, "min_s": float("inf")}, "min_s"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -53,3 +54,21 @@ def test_bad_ticks_change_nothing():
     w.tick(6.0, 10)
     w.tick(7.0, 10)
     assert w.done and w.samples_per_s == pytest.approx(10.0)
+
+
+def test_a_fast_job_is_measured_for_min_s_not_for_a_few_quota_periods():
+    """A light job's 8 iterations took 0.35 s on the physical run: a few CFS periods, whose
+    bursts made its quarter and half core read 83.4 / 89.0 and then 88.9 / 83.5 samples/s."""
+    w = ThroughputWindow(warmup=1, measure=8, min_s=1.0)
+    t = 0.0
+    w.tick(t, 4)  # the start mark
+    ticks = 0
+    while not w.done:
+        t += 0.042
+        ticks += 1
+        w.tick(t, 4)
+    assert ticks == 24 and w.elapsed_s >= 1.0 and w.samples_per_s == pytest.approx(4 / 0.042)
+    slow = ThroughputWindow(warmup=1, measure=8, min_s=1.0)  # slower iterations: the count decides
+    for k in range(9):
+        slow.tick(0.5 * k, 4)
+    assert slow.done and slow.measured_iterations == 8

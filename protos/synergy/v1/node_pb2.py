@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from synergy.v1 import common_pb2 as synergy_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15synergy/v1/node.proto\x12\nsynergy.v1\x1a\x17synergy/v1/common.proto\"8\n\x07TaskRef\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04rank\x18\x03 \x01(\r\"\xbd\x02\n\nTaskStatus\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.synergy.v1.TaskState\x12\x11\n\texit_code\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\r\x12\x13\n\x0bgpu_indices\x18\x05 \x03(\r\x12\x0f\n\x07message\x18\x06 \x01(\t\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.synergy.v1.Placement\x12(\n\x05usage\x18\x08 \x01(\x0b\x32\x19.synergy.v1.ResourceUsage\x12\x12\n\noom_killed\x18\t \x01(\x08\x12*\n\x08throttle\x18\n \x01(\x0b\x32\x18.synergy.v1.TaskThrottle\x12\r\n\x05\x63ores\x18\x0b \x03(\r\"_\n\nLogRequest\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x11\n\tmax_bytes\x18\x03 \x01(\r\x12\x0c\n\x04tail\x18\x04 \x01(\x08\"f\n\x08LogChunk\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0b\n\x03\x65of\x18\x04 \x01(\x08\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"a\n\x0cTaskProgress\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x12\n\nthroughput\x18\x02 \x01(\x01\x12\x1b\n\x13\x62\x61seline_throughput\x18\x03 \x01(\x01\"\xbc\x03\n\x08TaskSpec\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x0f\n\x07\x63ommand\x18\x04 \x03(\t\x12\x13\n\x0bworking_dir\x18\x05 \x01(\t\x12*\n\x03\x65nv\x18\x06 \x03(\x0b\x32\x1d.synergy.v1.TaskSpec.EnvEntry\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.synergy.v1.Placement\x12\x11\n\tjob_token\x18\x08 \x01(\t\x12\x16\n\x0e\x63heckpoint_dir\x18\t \x01(\t\x12\x1e\n\x16resume_checkpoint_path\x18\n \x01(\t\x12\x13\n\x0bresume_step\x18\x0b \x01(\x04\x12\x16\n\x0emaster_node_id\x18\x0c \x01(\t\x12\x17\n\x0fmaster_hostname\x18\r \x01(\t\x12\x1a\n\x12packed_with_job_id\x18\x0e \x01(\x04\x12\x13\n\x0brun_as_user\x18\x0f \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xce\x01\n\x0bInstruction\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.synergy.v1.InstructionKind\x12 \n\x03ref\x18\x02 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\"\n\x04task\x18\x03 \x01(\x0b\x32\x14.synergy.v1.TaskSpec\x12(\n\tplacement\x18\x04 \x01(\x0b\x32\x15.synergy.v1.Placement\x12\x14\n\x0cstop_grace_s\x18\x05 \x01(\x01\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\xc0\x02\n\x13RegisterNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\'\n\x08\x63\x61pacity\x18\x03 \x01(\x0b\x32\x15.synergy.v1.Resources\x12\'\n\x08reserved\x18\x04 \x01(\x0b\x32\x15.synergy.v1.Resources\x12!\n\x04gpus\x18\x05 \x03(\x0b\x32\x13.synergy.v1.GpuInfo\x12%\n\x05tasks\x18\x06 \x03(\x0b\x32\x16.synergy.v1.TaskStatus\x12\x15\n\ragent_version\x18\x07 \x01(\t\x12\x13\n\x0binstance_id\x18\x08 \x01(\t\x12\x13\n\x0b\x63group_mode\x18\t \x01(\t\x12\x17\n\x0fmemory_enforced\x18\n \x01(\x08\x12\x10\n\x08gpu_type\x18\x0b \x01(\t\"\xb7\x01\n\x14RegisterNodeResponse\x12\x1c\n\x14heartbeat_interval_s\x18\x01 \x01(\x01\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.synergy.v1.NodeState\x12\x14\n\x0cstate_reason\x18\x03 \x01(\t\x12-\n\x0cinstructions\x18\x04 \x03(\x0b\x32\x17.synergy.v1.Instruction\x12\x16\n\x0e\x64\x61\x65mon_version\x18\x05 \x01(\t\"\xd1\x01\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\ttelemetry\x18\x02 \x01(\x0b\x32\x19.synergy.v1.NodeTelemetry\x12%\n\x05tasks\x18\x03 \x03(\x0b\x32\x16.synergy.v1.TaskStatus\x12\x13\n\x0binstance_id\x18\x04 \x01(\t\x12(\n\nlog_chunks\x18\x05 \x03(\x0b\x32\x14.synergy.v1.LogChunk\x12\x18\n\x10not_ready_reason\x18\x06 \x01(\t\"\x9b\x02\n\x11HeartbeatResponse\x12\x1c\n\x14heartbeat_interval_s\x18\x01 \x01(\x01\x12-\n\x0cinstructions\x18\x02 \x03(\x0b\x32\x17.synergy.v1.Instruction\x12#\n\x06\x66orget\x18\x03 \x03(\x0b\x32\x13.synergy.v1.TaskRef\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.synergy.v1.NodeState\x12\x14\n\x0cstate_reason\x18\x05 \x01(\t\x12,\n\x0clog_requests\x18\x06 \x03(\x0b\x32\x16.synergy.v1.LogRequest\x12*\n\x08progress\x18\x07 \x03(\x0b\x32\x18.synergy.v1.TaskProgress*\x88\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATE_STARTING\x10\x01\x12\x16\n\x12TASK_STATE_RUNNING\x10\x02\x12\x17\n\x13TASK_STATE_STOPPING\x10\x03\x12\x15\n\x11TASK_STATE_EXITED\x10\x04*\x88\x01\n\x0fInstructionKind\x12 \n\x1cINSTRUCTION_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17INSTRUCTION_KIND_LAUNCH\x10\x01\x12\x1b\n\x17INSTRUCTION_KIND_RESIZE\x10\x02\x12\x19\n\x15INSTRUCTION_KIND_STOP\x10\x03\x32\xaa\x01\n\x0bNodeService\x12Q\n\x0cRegisterNode\x12\x1f.synergy.v1.RegisterNodeRequest\x1a .synergy.v1.RegisterNodeResponse\x12H\n\tHeartbeat\x12\x1c.synergy.v1.HeartbeatRequest\x1a\x1d.synergy.v1.HeartbeatResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15synergy/v1/node.proto\x12\nsynergy.v1\x1a\x17synergy/v1/common.proto\"8\n\x07TaskRef\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x04\x12\x0c\n\x04rank\x18\x03 \x01(\r\"\xd2\x02\n\nTaskStatus\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.synergy.v1.TaskState\x12\x11\n\texit_code\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\r\x12\x13\n\x0bgpu_indices\x18\x05 \x03(\r\x12\x0f\n\x07message\x18\x06 \x01(\t\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.synergy.v1.Placement\x12(\n\x05usage\x18\x08 \x01(\x0b\x32\x19.synergy.v1.ResourceUsage\x12\x12\n\noom_killed\x18\t \x01(\x08\x12*\n\x08throttle\x18\n \x01(\x0b\x32\x18.synergy.v1.TaskThrottle\x12\r\n\x05\x63ores\x18\x0b \x03(\r\x12\x13\n\x0bstarting_up\x18\x0c \x01(\x08\"_\n\nLogRequest\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x11\n\tmax_bytes\x18\x03 \x01(\r\x12\x0c\n\x04tail\x18\x04 \x01(\x08\"f\n\x08LogChunk\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0b\n\x03\x65of\x18\x04 \x01(\x08\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"a\n\x0cTaskProgress\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x12\n\nthroughput\x18\x02 \x01(\x01\x12\x1b\n\x13\x62\x61seline_throughput\x18\x03 \x01(\x01\"\xbc\x03\n\x08TaskSpec\x12 \n\x03ref\x18\x01 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x0f\n\x07\x63ommand\x18\x04 \x03(\t\x12\x13\n\x0bworking_dir\x18\x05 \x01(\t\x12*\n\x03\x65nv\x18\x06 \x03(\x0b\x32\x1d.synergy.v1.TaskSpec.EnvEntry\x12(\n\tplacement\x18\x07 \x01(\x0b\x32\x15.synergy.v1.Placement\x12\x11\n\tjob_token\x18\x08 \x01(\t\x12\x16\n\x0e\x63heckpoint_dir\x18\t \x01(\t\x12\x1e\n\x16resume_checkpoint_path\x18\n \x01(\t\x12\x13\n\x0bresume_step\x18\x0b \x01(\x04\x12\x16\n\x0emaster_node_id\x18\x0c \x01(\t\x12\x17\n\x0fmaster_hostname\x18\r \x01(\t\x12\x1a\n\x12packed_with_job_id\x18\x0e \x01(\x04\x12\x13\n\x0brun_as_user\x18\x0f \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xce\x01\n\x0bInstruction\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.synergy.v1.InstructionKind\x12 \n\x03ref\x18\x02 \x01(\x0b\x32\x13.synergy.v1.TaskRef\x12\"\n\x04task\x18\x03 \x01(\x0b\x32\x14.synergy.v1.TaskSpec\x12(\n\tplacement\x18\x04 \x01(\x0b\x32\x15.synergy.v1.Placement\x12\x14\n\x0cstop_grace_s\x18\x05 \x01(\x01\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\xc0\x02\n\x13RegisterNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\'\n\x08\x63\x61pacity\x18\x03 \x01(\x0b\x32\x15.synergy.v1.Resources\x12\'\n\x08reserved\x18\x04 \x01(\x0b\x32\x15.synergy.v1.Resources\x12!\n\x04gpus\x18\x05 \x03(\x0b\x32\x13.synergy.v1.GpuInfo\x12%\n\x05tasks\x18\x06 \x03(\x0b\x32\x16.synergy.v1.TaskStatus\x12\x15\n\ragent_version\x18\x07 \x01(\t\x12\x13\n\x0binstance_id\x18\x08 \x01(\t\x12\x13\n\x0b\x63group_mode\x18\t \x01(\t\x12\x17\n\x0fmemory_enforced\x18\n \x01(\x08\x12\x10\n\x08gpu_type\x18\x0b \x01(\t\"\xb7\x01\n\x14RegisterNodeResponse\x12\x1c\n\x14heartbeat_interval_s\x18\x01 \x01(\x01\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.synergy.v1.NodeState\x12\x14\n\x0cstate_reason\x18\x03 \x01(\t\x12-\n\x0cinstructions\x18\x04 \x03(\x0b\x32\x17.synergy.v1.Instruction\x12\x16\n\x0e\x64\x61\x65mon_version\x18\x05 \x01(\t\"\xd1\x01\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12,\n\ttelemetry\x18\x02 \x01(\x0b\x32\x19.synergy.v1.NodeTelemetry\x12%\n\x05tasks\x18\x03 \x03(\x0b\x32\x16.synergy.v1.TaskStatus\x12\x13\n\x0binstance_id\x18\x04 \x01(\t\x12(\n\nlog_chunks\x18\x05 \x03(\x0b\x32\x14.synergy.v1.LogChunk\x12\x18\n\x10not_ready_reason\x18\x06 \x01(\t\"\x9b\x02\n\x11HeartbeatResponse\x12\x1c\n\x14heartbeat_interval_s\x18\x01 \x01(\x01\x12-\n\x0cinstructions\x18\x02 \x03(\x0b\x32\x17.synergy.v1.Instruction\x12#\n\x06\x66orget\x18\x03 \x03(\x0b\x32\x13.synergy.v1.TaskRef\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.synergy.v1.NodeState\x12\x14\n\x0cstate_reason\x18\x05 \x01(\t\x12,\n\x0clog_requests\x18\x06 \x03(\x0b\x32\x16.synergy.v1.LogRequest\x12*\n\x08progress\x18\x07 \x03(\x0b\x32\x18.synergy.v1.TaskProgress*\x88\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATE_STARTING\x10\x01\x12\x16\n\x12TASK_STATE_RUNNING\x10\x02\x12\x17\n\x13TASK_STATE_STOPPING\x10\x03\x12\x15\n\x11TASK_STATE_EXITED\x10\x04*\x88\x01\n\x0fInstructionKind\x12 \n\x1cINSTRUCTION_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17INSTRUCTION_KIND_LAUNCH\x10\x01\x12\x1b\n\x17INSTRUCTION_KIND_RESIZE\x10\x02\x12\x19\n\x15INSTRUCTION_KIND_STOP\x10\x03\x32\xaa\x01\n\x0bNodeService\x12Q\n\x0cRegisterNode\x12\x1f.synergy.v1.RegisterNodeRequest\x1a .synergy.v1.RegisterNodeResponse\x12H\n\tHeartbeat\x12\x1c.synergy.v1.HeartbeatRequest\x1a\x1d.synergy.v1.HeartbeatResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,34 +34,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TASKSPEC_ENVENTRY']._loaded_options = None
   _globals['_TASKSPEC_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_TASKSTATE']._serialized_start=2404
-  _globals['_TASKSTATE']._serialized_end=2540
-  _globals['_INSTRUCTIONKIND']._serialized_start=2543
-  _globals['_INSTRUCTIONKIND']._serialized_end=2679
+  _globals['_TASKSTATE']._serialized_start=2425
+  _globals['_TASKSTATE']._serialized_end=2561
+  _globals['_INSTRUCTIONKIND']._serialized_start=2564
+  _globals['_INSTRUCTIONKIND']._serialized_end=2700
   _globals['_TASKREF']._serialized_start=62
   _globals['_TASKREF']._serialized_end=118
   _globals['_TASKSTATUS']._serialized_start=121
-  _globals['_TASKSTATUS']._serialized_end=438
-  _globals['_LOGREQUEST']._serialized_start=440
-  _globals['_LOGREQUEST']._serialized_end=535
-  _globals['_LOGCHUNK']._serialized_start=537
-  _globals['_LOGCHUNK']._serialized_end=639
-  _globals['_TASKPROGRESS']._serialized_start=641
-  _globals['_TASKPROGRESS']._serialized_end=738
-  _globals['_TASKSPEC']._serialized_start=741
-  _globals['_TASKSPEC']._serialized_end=1185
-  _globals['_TASKSPEC_ENVENTRY']._serialized_start=1143
-  _globals['_TASKSPEC_ENVENTRY']._serialized_end=1185
-  _globals['_INSTRUCTION']._serialized_start=1188
-  _globals['_INSTRUCTION']._serialized_end=1394
-  _globals['_REGISTERNODEREQUEST']._serialized_start=1397
-  _globals['_REGISTERNODEREQUEST']._serialized_end=1717
-  _globals['_REGISTERNODERESPONSE']._serialized_start=1720
-  _globals['_REGISTERNODERESPONSE']._serialized_end=1903
-  _globals['_HEARTBEATREQUEST']._serialized_start=1906
-  _globals['_HEARTBEATREQUEST']._serialized_end=2115
-  _globals['_HEARTBEATRESPONSE']._serialized_start=2118
-  _globals['_HEARTBEATRESPONSE']._serialized_end=2401
-  _globals['_NODESERVICE']._serialized_start=2682
-  _globals['_NODESERVICE']._serialized_end=2852
+  _globals['_TASKSTATUS']._serialized_end=459
+  _globals['_LOGREQUEST']._serialized_start=461
+  _globals['_LOGREQUEST']._serialized_end=556
+  _globals['_LOGCHUNK']._serialized_start=558
+  _globals['_LOGCHUNK']._serialized_end=660
+  _globals['_TASKPROGRESS']._serialized_start=662
+  _globals['_TASKPROGRESS']._serialized_end=759
+  _globals['_TASKSPEC']._serialized_start=762
+  _globals['_TASKSPEC']._serialized_end=1206
+  _globals['_TASKSPEC_ENVENTRY']._serialized_start=1164
+  _globals['_TASKSPEC_ENVENTRY']._serialized_end=1206
+  _globals['_INSTRUCTION']._serialized_start=1209
+  _globals['_INSTRUCTION']._serialized_end=1415
+  _globals['_REGISTERNODEREQUEST']._serialized_start=1418
+  _globals['_REGISTERNODEREQUEST']._serialized_end=1738
+  _globals['_REGISTERNODERESPONSE']._serialized_start=1741
+  _globals['_REGISTERNODERESPONSE']._serialized_end=1924
+  _globals['_HEARTBEATREQUEST']._serialized_start=1927
+  _globals['_HEARTBEATREQUEST']._serialized_end=2136
+  _globals['_HEARTBEATRESPONSE']._serialized_start=2139
+  _globals['_HEARTBEATRESPONSE']._serialized_end=2422
+  _globals['_NODESERVICE']._serialized_start=2703
+  _globals['_NODESERVICE']._serialized_end=2873
 # @@protoc_insertion_point(module_scope)

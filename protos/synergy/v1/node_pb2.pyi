@@ -43,7 +43,7 @@ class TaskRef(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
-    __slots__ = ("ref", "state", "exit_code", "pid", "gpu_indices", "message", "placement", "usage", "oom_killed", "throttle", "cores")
+    __slots__ = ("ref", "state", "exit_code", "pid", "gpu_indices", "message", "placement", "usage", "oom_killed", "throttle", "cores", "starting_up")
     REF_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class TaskStatus(_message.Message):
     OOM_KILLED_FIELD_NUMBER: _ClassVar[int]
     THROTTLE_FIELD_NUMBER: _ClassVar[int]
     CORES_FIELD_NUMBER: _ClassVar[int]
+    STARTING_UP_FIELD_NUMBER: _ClassVar[int]
     ref: TaskRef
     state: TaskState
     exit_code: int
@@ -66,7 +67,8 @@ class TaskStatus(_message.Message):
     oom_killed: bool
     throttle: _common_pb2.TaskThrottle
     cores: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., exit_code: _Optional[int] = ..., pid: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., message: _Optional[str] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ..., oom_killed: _Optional[bool] = ..., throttle: _Optional[_Union[_common_pb2.TaskThrottle, _Mapping]] = ..., cores: _Optional[_Iterable[int]] = ...) -> None: ...
+    starting_up: bool
+    def __init__(self, ref: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., exit_code: _Optional[int] = ..., pid: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., message: _Optional[str] = ..., placement: _Optional[_Union[_common_pb2.Placement, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.ResourceUsage, _Mapping]] = ..., oom_killed: _Optional[bool] = ..., throttle: _Optional[_Union[_common_pb2.TaskThrottle, _Mapping]] = ..., cores: _Optional[_Iterable[int]] = ..., starting_up: _Optional[bool] = ...) -> None: ...
 
 class LogRequest(_message.Message):
     __slots__ = ("ref", "offset", "max_bytes", "tail")

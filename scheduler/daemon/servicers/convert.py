@@ -152,6 +152,7 @@ def task_from_msg(m: node_pb2.TaskStatus, node_id: str) -> ObservedTask | None:
         placement=placement_from_msg(m.placement, node_id, force_node=True) if m.HasField("placement") else None,
         oom_killed=m.oom_killed,
         cores=tuple(m.cores),
+        starting_up=m.starting_up,
         usage=MessageToDict(m.usage, preserving_proto_field_name=True) if m.HasField("usage") else {},
         throttle=MessageToDict(m.throttle, preserving_proto_field_name=True) if m.HasField("throttle") else {},
     )
