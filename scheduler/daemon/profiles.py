@@ -19,6 +19,7 @@ stand-in and measures the CPUs each of its attempts holds (`measures_in_force`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -161,6 +162,20 @@ def proportional_profile(job: JobRecord, cluster: Cluster) -> SensitivityProfile
     """A profile saturating at the proportional share (or at the user's per-GPU hints)."""
     c, m, model, task = _knee(job, cluster)
     return knee_profile(model, task, c, m)
+
+
+def starting_profile(job: JobRecord, own: SensitivityProfile, cluster: Cluster) -> SensitivityProfile:
+    """What a job whose process is still starting is scheduled with (rounds.py): the
+    proportional profile, so the round allocates it its share, at the pace its own profile
+    gives it there, so the policy orders it as before (SRTF and FTF read the remaining time at
+    the share; the bare proportional profile's pace made a starting heavy job look twice as
+    short, and SRTF preempted a job placed a round earlier for it, then the reverse)."""
+    knee = proportional_profile(job, cluster)
+    c, m = cluster.proportional_share(1).cpus, cluster.proportional_share(1).mem_gb
+    pace = own.speed(c, m)
+    if not pace > 0:
+        return knee
+    return replace(knee, iter_time_s=own.iter_time_s * knee.speed(c, m) / pace, source=f"{own.source}, starting")
 
 
 def _knee(job: JobRecord, cluster: Cluster) -> tuple[float, float, str, str]:

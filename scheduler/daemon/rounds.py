@@ -30,7 +30,7 @@ from synergy.scheduler.daemon.errors import InvalidArgument
 from synergy.scheduler.daemon.jobs import JobBook, fmt_placements, same_share
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.nodes import NodeBook
-from synergy.scheduler.daemon.profiles import proportional_profile
+from synergy.scheduler.daemon.profiles import proportional_profile, starting_profile
 from synergy.scheduler.daemon.profiling import held_by_profiling, waits_for_lease
 from synergy.scheduler.daemon.records import JobRecord, JobState
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Placement, Resources, RoundInput, Server
@@ -150,7 +150,7 @@ class RoundLoop:
             # its allocation (agent/startup.py). Seen at a light job's quarter core, its
             # start-up took 10-12 s beside the heavy jobs against 5 s at its share (issue 14's
             # physical run), and the last jobs of the queue set the makespan.
-            core_jobs = [self._core_job(j, cluster, at_share=self._starting(j)) for j in records]
+            core_jobs = [self._core_job(j, cluster, starting=self._starting(j)) for j in records]
             # Jobs waiting for a profiling lease (profiling.py) are seen at their proportional
             # share, after every other job (`RoundInput.last`: they preempt nobody), so that
             # the round leaves them that room (their allocations go nowhere:
@@ -277,10 +277,14 @@ class RoundLoop:
         return (job.state == JobState.RUNNING and bool(job.placements) and not job.stopping
                 and self.ctx.live.starting(job.id, job.attempt, [p.server_id for p in job.placements]))
 
-    def _core_job(self, job: JobRecord, cluster: Cluster, at_share: bool = False) -> Job:
+    def _core_job(self, job: JobRecord, cluster: Cluster, at_share: bool = False, starting: bool = False) -> Job:
         """The job as the core sees it; `at_share`: with its proportional profile, whatever
-        its own (a stand-in for a profiling lease, or a process still starting)."""
+        its own (a stand-in for a profiling lease); `starting`: at its share, at its own pace
+        there (profiles.starting_profile)."""
         live = self.jobs.progress(job)
+        profile = proportional_profile(job, cluster) if at_share else self.ctx.profiles.profile(job, cluster)
+        if starting:
+            profile = starting_profile(job, profile, cluster)
         steps, _, attained = live if live is not None else (job.steps_done, 0.0, job.attained_gpu_s)
         return Job(
             id=job.id,
@@ -288,7 +292,7 @@ class RoundLoop:
             gpus=job.spec.gpus,
             arrival_s=job.submitted_at,
             iterations=float(job.spec.iterations or DEFAULT_ITERATIONS),
-            profile=proportional_profile(job, cluster) if at_share else self.ctx.profiles.profile(job, cluster),
+            profile=profile,
             done_iterations=float(steps),
             attained_gpu_s=attained,
             kind=_kind(job),

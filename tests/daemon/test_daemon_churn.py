@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from synergy.scheduler.daemon.app import Logic
 from synergy.scheduler.daemon.clock import ManualClock
 from synergy.scheduler.daemon.config import DaemonConfig
@@ -340,3 +342,27 @@ def test_a_job_still_starting_is_seen_at_its_share_then_at_its_profile() -> None
     round_(logic)
     j = logic.jobs.get(twin)
     assert j.placements[0].cpus == 0.25 and j.attempt == 1 and not j.stopping
+
+
+
+def test_a_starting_job_is_allocated_its_share_and_ordered_at_its_own_pace() -> None:
+    """The dynamic physical run: seen with the bare proportional profile (its pace unknown), a
+    relaunched heavy job looked twice as short to SRTF as it was; SRTF preempted a job placed
+    a round before for it, then the reverse ("before it started"). The stand-in keeps the
+    job's own remaining time at its share and asks for exactly the share."""
+    from synergy.scheduler.daemon.profiles import proportional_profile, starting_profile
+    from synergy.scheduler.model import Cluster, Job
+    from synergy.scheduler.profiles.format import SensitivityProfile
+    from synergy.scheduler.throughput import best_case_per_gpu, proportional_remaining_s
+
+    cluster = Cluster.homogeneous(1, gpus=4, cpus=2, mem_gb=8)  # a share of half a core
+    record = _logic().jobs.submit(JobSpec(name="h", command=("train",), gpus=1, profiler="none"))
+    for points in ([(0.25, 23.0), (0.5, 46.0), (1, 90.0)], [(0.25, 90.0), (0.5, 90.0)]):  # heavy, light
+        own = SensitivityProfile.from_dict("p", _profile_doc(points))
+        stand_in = starting_profile(record, own, cluster)
+        job = Job(1, "p", 1, 0.0, 1000.0, own)
+        starting = Job(1, "p", 1, 0.0, 1000.0, stand_in)
+        assert proportional_remaining_s(starting, cluster) == pytest.approx(proportional_remaining_s(job, cluster))
+        assert best_case_per_gpu(starting, cluster)[0] == pytest.approx(0.5)
+        bare = Job(1, "p", 1, 0.0, 1000.0, proportional_profile(record, cluster))
+        assert proportional_remaining_s(bare, cluster) != pytest.approx(proportional_remaining_s(job, cluster))

@@ -91,12 +91,13 @@ def _assert_placed_at_the_profiled_knee(info, work_dir: Path, daemon_log: Path) 
 def test_the_image_example_is_profiled_live_then_scheduled_and_succeeds(cluster, tmp_path: Path) -> None:
     """The real examples/image_classification/train.py, not a test script: tiny (128 JPEGs of
     32 px, batch 16: 8 steps an epoch), no model named, a checkpoint dir, read through its MinIO
-    cache. Profiling takes two points of 11 iterations at most, and training runs on in the same
-    process after it (40 epochs, 320 steps)."""
+    cache. Profiling takes two points (windows of at least 11 iterations and 1 s: an epoch
+    takes well under a second here), and training runs on in the same process after it
+    (160 epochs, 1280 steps)."""
     admin = cluster.admin()
     job = admin.submit("image", gpus=1, command=(
         sys.executable, "-u", str(EXAMPLES / "image_classification" / "train.py"), "--images", "128",
-        "--image-size", "32", "--batch-size", "16", "--epochs", "40", "--data-dir", str(tmp_path / "data")),
+        "--image-size", "32", "--batch-size", "16", "--epochs", "160", "--data-dir", str(tmp_path / "data")),
         working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"), profiler="auto").id
     assert admin.state(job) == "profiling"
     wait_for(lambda: admin.describe(job).profile_source == "profiled", timeout=180,
@@ -111,8 +112,8 @@ def test_the_image_example_is_profiled_live_then_scheduled_and_succeeds(cluster,
     assert "Traceback" not in logs, logs[-3000:]
     # Profiled, it ran on in the same process (no resume) and trained to the end.
     assert info.attempt == 1 and not re.findall(r"resuming from", logs), logs[-3000:]
-    assert info.history[-1].reason == "training finished at step 320", history(info)
-    assert "epoch 39 step 320 " in logs, logs[-3000:]
+    assert info.history[-1].reason == "training finished at step 1280", history(info)
+    assert "epoch 159 step 1280 " in logs, logs[-3000:]
     _assert_placed_at_the_profiled_knee(info, tmp_path / "work-n1", tmp_path / "state.log")
 
 def test_profiler_none_keeps_the_stand_in(cluster, tmp_path: Path) -> None:
