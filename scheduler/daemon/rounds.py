@@ -273,8 +273,11 @@ class RoundLoop:
         return {j.id: self._core_job(j, cluster) for j in records}
 
     def _starting(self, job: JobRecord) -> bool:
-        """A running job whose processes have not all reached their training loop (live.py)."""
-        return (job.state == JobState.RUNNING and bool(job.placements) and not job.stopping
+        """A running job whose processes have not all reached their training loop (live.py).
+        Never under a backend that cannot resize a running task (Slurm): there the share while
+        it starts, then its own allocation, would be two stops and two new Slurm jobs."""
+        return (self.ctx.config.resizes_in_place and job.state == JobState.RUNNING and bool(job.placements)
+                and not job.stopping
                 and self.ctx.live.starting(job.id, job.attempt, [p.server_id for p in job.placements]))
 
     def _core_job(self, job: JobRecord, cluster: Cluster, at_share: bool = False, starting: bool = False) -> Job:

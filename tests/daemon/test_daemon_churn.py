@@ -366,3 +366,23 @@ def test_a_starting_job_is_allocated_its_share_and_ordered_at_its_own_pace() -> 
         assert best_case_per_gpu(starting, cluster)[0] == pytest.approx(0.5)
         bare = Job(1, "p", 1, 0.0, 1000.0, proportional_profile(record, cluster))
         assert proportional_remaining_s(bare, cluster) != pytest.approx(proportional_remaining_s(job, cluster))
+
+
+def test_under_slurm_a_starting_job_keeps_its_allocation() -> None:
+    """Slurm cannot resize a running job: the share while it starts and its own allocation
+    after would be two stops and two new Slurm jobs. There a starting job is seen as it is."""
+    from dataclasses import replace
+
+    from synergy.scheduler.tasks import TaskKey
+
+    for backend, starting in (("agent", True), ("slurm", False)):
+        logic = _logic(backend=backend, slurm_partition="syn")
+        node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+        job = submit(logic, "j")
+        round_(logic)
+        node.heartbeat()
+        key = TaskKey(job, 1, 0)
+        node.tasks[key] = replace(node.tasks[key], starting_up=True)
+        node.heartbeat()
+        with logic.ctx.lock:
+            assert logic.rounds._starting(logic.jobs.get(job)) is starting, backend
