@@ -341,8 +341,7 @@ class SynergyIterator:
             assert self.env is not None
             if self.env.rank == 0:  # one rank refines (and reports) for the job
                 points, guess = optimistic_points(p.result(), saturated=p.saturated)
-                self.refiner = Refiner(points, self.batch_size * self.position.world_size, guess,
-                                       recheck=[c for c, _ in p.result()])
+                self.refiner = Refiner(points, self.batch_size * self.position.world_size, guess)
             if (self.cursor is not None and self._script_workers is not None
                     and getattr(self.loader, "num_workers", None) != self._script_workers):
                 it = self._switch_workers(it, self._script_workers)

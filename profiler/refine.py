@@ -20,11 +20,8 @@ Two halves, both pure (the clock and the allocation are passed in):
   window of real iterations there and the point joins the curve, and the caller reports the
   refined profile (`ReportProfile` again; the daemon replaces the job's profile and the next
   round uses it). A guess the job does not live up to is thereby corrected within a round or
-  two, at the cost of a few iterations at an allocation the round gave it anyway. The points
-  of the profiling lease itself (`recheck`) are measured once more when a round gives the job
-  one of them again: they were measured in the first seconds after its start, often while its
-  neighbours started too (the physical run's heavy jobs read 40.5-45.7 samples/s at the same
-  half core), and the later figure counts. At most `max_points` refinements per process.
+  two, at the cost of a few iterations at an allocation the round gave it anyway. At most
+  `max_points` refinements per process.
 """
 
 from __future__ import annotations
@@ -85,13 +82,10 @@ class Refiner:
 
     def __init__(self, points: Sequence[tuple[float, float]], samples_per_batch: int,
                  guessed: float | None = None, warmup: int = 3, measure: int = 8,
-                 max_points: int = MAX_REFINEMENTS, min_s: float = MIN_WINDOW_S,
-                 recheck: Collection[float] = ()) -> None:
+                 max_points: int = MAX_REFINEMENTS, min_s: float = MIN_WINDOW_S) -> None:
         self.measured = dict(points)
         if guessed is not None:
             self.measured.pop(guessed, None)  # a guess is not a measurement
-        #: Measured points to measure once more when in force (the profiling lease's).
-        self._recheck = {c for c in self.measured if any(math.isclose(c, r, abs_tol=1e-9) for r in recheck)}
         self.samples_per_batch = samples_per_batch
         self.warmup, self.measure, self.max_points, self.min_s = warmup, measure, max_points, min_s
         self.refined = 0
@@ -109,7 +103,7 @@ class Refiner:
             return False
         if not math.isclose(in_force_cpus, self._cpus, abs_tol=1e-9):
             self._cpus = in_force_cpus
-            known = any(math.isclose(in_force_cpus, c, abs_tol=1e-9) for c in self.measured if c not in self._recheck)
+            known = any(math.isclose(in_force_cpus, c, abs_tol=1e-9) for c in self.measured)
             self._window = None if known else ThroughputWindow(self.warmup, self.measure, self.min_s)
             return False
         if self._window is None:
@@ -117,10 +111,7 @@ class Refiner:
         self._window.tick(now_s, self.samples_per_batch)
         if not self._window.done:
             return False
-        old = next((c for c in self.measured if math.isclose(c, self._cpus, abs_tol=1e-9)), self._cpus)
-        self.measured.pop(old, None)
-        self._recheck.discard(old)
-        self.measured[old] = self._window.samples_per_s
+        self.measured[self._cpus] = self._window.samples_per_s
         self._window = None
         self.refined += 1
         return True

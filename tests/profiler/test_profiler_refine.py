@@ -2,7 +2,6 @@
 still climbs at the top of its lease, then points measured at each new allocation in force."""
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,18 +52,6 @@ def test_a_new_allocation_in_force_is_measured_once_and_reported():
     assert reports == 0  # once
     _, reports = _feed(r, 0.0, 30, 0.05, t)  # unknown allocation: nothing
     assert reports == 0
-
-
-def test_the_lease_s_points_are_measured_once_more_when_in_force_again():
-    """The dynamic physical run: the same heavy jobs read 40.5-45.7 samples/s at half a core in
-    their profiling lease (neighbours starting beside them); the replay then ran the slow one
-    11% too slow. A lease point given again later is measured once more and the later counts."""
-    r = Refiner([(0.5, 40.5), (1.0, 81.0)], samples_per_batch=4, guessed=1.0, recheck=[0.5])
-    t, reports = _feed(r, 0.5, 60, 4 / 46.0, 0.0)
-    assert reports == 1 and dict(r.points)[0.5] == pytest.approx(46.0) and len(r.points) == 1
-    t, reports = _feed(r, 1.0, 60, 0.05, t)  # the guess: measured as before
-    t, again = _feed(r, 0.5, 60, 0.1, t)  # once: the re-check is not repeated
-    assert reports == 1 and again == 0 and dict(r.points)[0.5] == pytest.approx(46.0)
 
 
 def test_refinements_are_bounded():
