@@ -2,7 +2,9 @@
 
 The daemon agrees the step the way it agrees a stop step (leases.py): the furthest step any
 rank reported plus enough steps to cover two renewal intervals, so every rank hears it before
-it gets there. The agreement lives in memory (`JobLive.checkpoint_at`): one is pending until
+it gets there. That margin needs the job's pace: no step is agreed until every rank has renewed
+with a pace above zero (at first none is known, the margin would be one step, and a rank already
+past it snapshotted a later step than the others: a step dir with one rank's file, CI saw it). The agreement lives in memory (`JobLive.checkpoint_at`): one is pending until
 every rank has renewed past it (written, or skipped because the previous write was still in
 flight: the job says which), then the next interval starts. A daemon restart starts the
 interval again; a rank that heard a step before the restart still takes it, so a multi-rank
@@ -35,6 +37,12 @@ def every_s(job: JobRecord, cfg: DaemonConfig) -> float:
     return spec.checkpoint_every_s or cfg.checkpoint_every_s
 
 
+def _paced(job: JobRecord, live: JobLive) -> bool:
+    """Every rank has renewed, each with a pace: the margin covers them all."""
+    ranks = live.ranks
+    return len(ranks) >= len(job.placements) and all(r.steps_per_s > 0 for r in ranks.values())
+
+
 def _passed(job: JobRecord, live: JobLive) -> bool:
     ranks = live.ranks
     return len(ranks) >= len(job.placements) and min(r.step for r in ranks.values()) >= live.checkpoint_at
@@ -48,7 +56,7 @@ def due(job: JobRecord, live: JobLive, now: float, cfg: DaemonConfig) -> int | N
         return 0
     if live.checkpoint_at:
         return None if _passed(job, live) else live.checkpoint_at
-    return None if now - (live.checkpoint_base or live.since) >= every else 0
+    return None if now - (live.checkpoint_base or live.since) >= every and _paced(job, live) else 0
 
 
 def advance(job: JobRecord, live: JobLive, now: float, cfg: DaemonConfig) -> int:
@@ -56,6 +64,6 @@ def advance(job: JobRecord, live: JobLive, now: float, cfg: DaemonConfig) -> int
     if live.checkpoint_at and _passed(job, live):
         live.checkpoint_at, live.checkpoint_base = 0, now
     every = every_s(job, cfg)
-    if every and not live.checkpoint_at and now - (live.checkpoint_base or live.since) >= every:
+    if every and not live.checkpoint_at and now - (live.checkpoint_base or live.since) >= every and _paced(job, live):
         live.checkpoint_at = live.step + margin(live, cfg)
     return live.checkpoint_at

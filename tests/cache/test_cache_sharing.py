@@ -64,12 +64,15 @@ def test_stats_are_summed_across_processes(method: str) -> None:
     with MinioCache.create(10_000, job_id=unique_job_id()) as cache:
         cache.get("parent", load=lambda: b"p" * 100)  # before the fork: children must not inherit it
         out = ctx.Queue()
-        procs = [ctx.Process(target=_reader, args=(cache, list(range(j, j + 20)), out)) for j in (0, 10)]
-        for p in procs:
+        # One after the other: two readers missing the same key at the same moment both load it
+        # (the cache has no cross-process single flight), which made the counts racy.
+        local = []
+        for j in (0, 10):
+            p = ctx.Process(target=_reader, args=(cache, list(range(j, j + 20)), out))
             p.start()
-        local = [out.get(timeout=DEADLINE_S) for _ in procs]
-        for p in procs:
+            local.append(out.get(timeout=DEADLINE_S))
             p.join(DEADLINE_S)
+        assert [s["hits"] for s in local] == [0, 10]  # the second reads the first's admissions
         cache.get(0)
         total = cache.stats()
         assert sum(s["misses"] for s in local) == 30  # 30 distinct keys, each loaded once

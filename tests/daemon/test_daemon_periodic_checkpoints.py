@@ -3,6 +3,7 @@ the step every rank hears in RenewLease, a failed write kept for describe, /metr
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from typing import Iterator
 
@@ -58,13 +59,18 @@ def test_every_rank_hears_the_same_checkpoint_step_and_failures_reach_describe(d
         jobs.RegisterJobProcess(job_pb2.RegisterJobProcessRequest(job_id=job, attempt=attempt, rank=rank, world_size=2),
                                 metadata=token, timeout=5)
 
-    def renew(rank: int, step: int) -> int:
+    def renew(rank: int, step: int, pace: float = 10) -> int:
         heartbeat()
         r = jobs.RenewLease(job_pb2.RenewLeaseRequest(job_id=job, attempt=attempt, rank=rank, step=step,
-                                                      steps_per_s=10), metadata=token, timeout=5)
+                                                      steps_per_s=pace), metadata=token, timeout=5)
         assert r.action == job_pb2.LEASE_ACTION_CONTINUE
         return r.checkpoint_at_step
 
+    # Due (past its 1 s), but no step is agreed before every rank has renewed with a pace: the
+    # margin would be one step, and a rank already past it would snapshot a later step.
+    time.sleep(1.2)
+    assert renew(0, 3) == 0 and renew(0, 4) == 0  # rank 1 has not renewed
+    assert renew(1, 3, pace=0) == 0 and renew(0, 5) == 0  # rank 1's pace is not known
     at = wait_for(lambda: renew(0, 10) or renew(1, 10), what="a periodic checkpoint to be due")
     assert at > 10 and renew(0, 10) == at and renew(1, 10) == at  # agreed once, the same for both ranks
     assert renew(0, at + 1) == at  # pending until every rank has passed it

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -125,6 +126,11 @@ def test_two_gloo_ranks_checkpoint_at_the_same_steps(make_cluster, tmp_path: Pat
     # every step dir holds both ranks' files: both ranks snapshotted at each agreed step
     assert steps and all(checkpoint.complete(checkpoint.step_dir(ckpt, s), 2) for s in steps), \
         {s: sorted(p.name for p in checkpoint.step_dir(ckpt, s).iterdir()) for s in steps}
+    # ...and wrote the same steps, the first one included (retention may delete a stray dir
+    # before the end, so the ranks' logs are the record)
+    written = [re.findall(r"checkpointed step (\d+) in the background", log.read_text())
+               for log in sorted(tmp_path.glob("work-*/logs/*.log"))]
+    assert len(written) == 2 and written[0] and written[0] == written[1], written
     # rank 0 keeps the newest two complete ones; the newest may have been incomplete (rank 1
     # still writing) when rank 0 last applied retention, so three may be left at the end
     assert len(steps) <= 3, steps
