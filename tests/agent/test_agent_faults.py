@@ -110,8 +110,10 @@ def test_a_changed_cpus_after_a_crash_keeps_cgroups_and_moves_the_readopted_task
     # Restart on one core only: the one the surviving task does *not* hold, so it must move.
     new_core = "1" if kept_core == "0" else "0"
     a.extra = [x if x != "0-1" else new_core for x in a.extra]
+    seen = a.log_text().count("agent.cgroups kind=")  # the first instance's line, if the log is kept
     a.start()
-    wait_for(lambda: a.log_text().count("agent.cgroups") >= 1 and "task.moved" in a.log_text(), timeout=30,
+    # `agent.cgroups` is logged once the node group is narrowed, after `task.moved`.
+    wait_for(lambda: a.log_text().count("agent.cgroups kind=") > seen and "task.moved" in a.log_text(), timeout=30,
              what="the agent to take the node over")
     text = a.log_text()
     assert "agent.cgroups kind=v1" in text and "kind=none" not in text, text
