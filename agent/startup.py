@@ -8,6 +8,11 @@ on its socket (the agent applies the quota, then answers `APPLIED`), the job clo
 exit, and an agent restart (the socket went with the old agent: the successor applies the
 quota when it re-adopts the task). The supervisor keeps the books (agent/tasks.py); this
 module holds the socket and the clock of one phase.
+
+After the answer the agent keeps its end as the task's `Line`: the job's last word on it is
+that its process is exiting (`WINDING_DOWN`, said by the wrap at exit). The quota is lifted
+again for the interpreter's teardown (the wind-down), at most `WIND_DOWN_CAP_S`, and the
+task's weight stays its allocation: the next task launched on its GPUs waits for that exit.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from synergy.common.startup import APPLIED, STARTED
+from synergy.common.startup import APPLIED, STARTED, WINDING_DOWN
 
 #: The longest a task runs without its CPU quota (seconds since launch), signal or not.
 STARTUP_CAP_S = 120.0
+#: The longest a task runs without its CPU quota once its job said it is winding down.
+WIND_DOWN_CAP_S = 30.0
 
 
 @dataclass
@@ -60,6 +67,18 @@ class Startup:
             return "its job reached its training loop"
         return f"its job sent {data!r} on its start-up socket"
 
+    def answer(self) -> Line:
+        """Tell the job its quota is in force; the agent's end becomes the task's `Line`."""
+        sock, self.sock = self.sock, None
+        if sock is None:
+            return Line(None)
+        try:
+            sock.send(APPLIED, socket.MSG_NOSIGNAL)
+        except OSError:  # the job is gone, or gave up waiting
+            sock.close()
+            return Line(None)
+        return Line(sock)
+
     def close(self, answer: bool) -> None:
         """Close the agent's end; with `answer`, first tell the job its quota is in force."""
         sock, self.sock = self.sock, None
@@ -71,3 +90,34 @@ class Startup:
             except OSError:
                 pass  # the job is gone, or gave up waiting
         sock.close()
+
+
+@dataclass
+class Line:
+    """The agent's end of a task's socket after its start-up phase, heard for one word."""
+
+    sock: socket.socket | None
+
+    def fileno(self) -> int | None:
+        return self.sock.fileno() if self.sock is not None else None
+
+    def winding_down(self) -> bool:
+        """Whether the job said its process is exiting; never blocks. The line closes when it
+        has, and on the job's close or an error (nothing more will come)."""
+        if self.sock is None:
+            return False
+        try:
+            data = self.sock.recv(16)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            data = b""
+        if data and WINDING_DOWN not in data:
+            return False  # a late STARTED (the cap had ended the phase): already answered
+        self.close()
+        return bool(data)
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()

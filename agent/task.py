@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synergy.agent.cores import CoreGrant
-from synergy.agent.startup import Startup
+from synergy.agent.startup import Line, Startup
 from synergy.common.tasks import LAUNCH_FAILED, TaskKey  # noqa: F401 - LAUNCH_FAILED re-exported
 from synergy.common.tasks import MAX_JOBS_PER_GPU  # noqa: F401 - the core's packing limit, re-exported
 from synergy.common.tasks import TaskPhase as Phase
@@ -78,6 +78,10 @@ class Task:
     #: its start-up phase (agent/startup.py: no CPU quota until its job reaches its training loop);
     #: None once over, or when there is none (no cgroups)
     startup: Startup | None = None
+    #: after start-up, the job's line for its last word (agent/startup.py); None once heard or closed
+    line: Line | None = None
+    #: monotonic time its wind-down ends (no CPU quota while its process exits); None: not winding down
+    wind_down_until: float | None = None
 
     @property
     def cores(self) -> tuple[int, ...]:

@@ -48,7 +48,7 @@ from synergy.agent import state
 from synergy.agent.cgroups import Cgroups, CgroupError, Limits
 from synergy.agent.cores import CoreError, CoreGrant, choose_cores, format_cpu_list, pool_of
 from synergy.agent.launch import SHIM, SHIM_START_TIMEOUT_S, LaunchError, pin_tree, read_pid, resolve
-from synergy.agent.startup import STARTUP_CAP_S, Startup
+from synergy.agent.startup import STARTUP_CAP_S, WIND_DOWN_CAP_S, Startup
 from synergy.agent.task import (  # noqa: F401 - the task records, re-exported for the supervisor's users
     EXIT_LOST, EXIT_RESTART, GIB, LAUNCH_FAILED, MAX_JOBS_PER_GPU, Phase, Share, Task, TaskCounts,
     TaskKey, key_of_cgroup, log_tail)
@@ -80,6 +80,7 @@ class Supervisor:
         log_keep: int = 1,
         users: JobUsers = JobUsers(),
         startup_cap_s: float = STARTUP_CAP_S,
+        wind_down_cap_s: float = WIND_DOWN_CAP_S,
     ) -> None:
         self.node_id = node_id
         self.cores = tuple(cores)
@@ -104,6 +105,8 @@ class Supervisor:
         self.users = users
         #: the longest start-up phase (agent/startup.py; 0: none, the quota from the start)
         self.startup_cap_s = startup_cap_s
+        #: the longest wind-down (agent/startup.py: no CPU quota while an exiting process tears down)
+        self.wind_down_cap_s = wind_down_cap_s
         self.tasks: dict[TaskKey, Task] = {}
         self.counts = TaskCounts()
         #: the state file was read into `tasks` (load); re-adoption checks them (readopt)
@@ -138,7 +141,7 @@ class Supervisor:
         quota = share.cpus
         if level > 0 and via == "quota":  # a throttled task keeps its cores, with a fraction of their time
             quota = (share.cpus or len(cores)) / 2**level
-        elif task.startup is not None:
+        elif task.startup is not None or task.wind_down_until is not None:
             quota = 0.0  # none
         return Limits(cores=cores, mem_bytes=int(share.mem_gb * GIB), cpu_quota=quota, pids_max=self.pids_max,
                       cpu_weight=share.cpus)
@@ -488,6 +491,12 @@ class Supervisor:
                     why = f"its cap of {self.startup_cap_s:g} s, without a word from its job"
                 if why:
                     self._end_startup(task, why)
+            if task.alive and task.line is not None and task.line.winding_down():
+                self._wind_down(task, now)
+            if task.line is not None and task.line.sock is None:
+                task.line = None
+            if task.alive and task.wind_down_until is not None and now >= task.wind_down_until:
+                self._end_wind_down(task, f"its cap of {self.wind_down_cap_s:g} s")
             if task.cgroup_pending:
                 self._remove_cgroup(task)
         if changed:
@@ -520,12 +529,14 @@ class Supervisor:
         deadlines = [t.kill_at for t in self.tasks.values() if t.kill_at is not None and t.alive]
         deadlines += [t.startup.deadline for t in self.tasks.values()
                       if t.startup is not None and t.alive and t.startup.sock is not None]
+        deadlines += [t.wind_down_until for t in self.tasks.values() if t.wind_down_until is not None and t.alive]
         return min(deadlines, default=None)
 
     def wake_fds(self) -> list[int]:
         """The start-up sockets: the agent wakes as soon as a job says it reached its training loop
         (the job waits for the answer)."""
-        return [fd for t in self.tasks.values() if t.startup is not None and (fd := t.startup.fileno()) is not None]
+        fds = [fd for t in self.tasks.values() if t.startup is not None and (fd := t.startup.fileno()) is not None]
+        return fds + [fd for t in self.tasks.values() if t.line is not None and (fd := t.line.fileno()) is not None]
 
     # -- the start-up phase (agent/startup.py) --------------------------------------------------
     def _end_startup(self, task: Task, why: str) -> None:
@@ -538,17 +549,47 @@ class Supervisor:
         except CgroupError as exc:  # the group is gone (the task is exiting): nothing to hold
             event(self.log, "task.startup_quota_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
         if ending is not None:
-            ending.close(answer=True)  # after the quota: the job goes on only once it holds
+            task.line = ending.answer()  # after the quota: the job goes on only once it holds
         event(self.log, "task.startup_done", task=str(task.key), after_s=round(time.time() - task.started_at, 2),
               quota=round(limits.cpu_quota, 4), reason=why)
         self.save()
 
     @staticmethod
     def _drop_startup(task: Task) -> None:
-        """The task ended (or never started): its phase ends with it, unanswered."""
+        """The task ended (or never started): its phase ends with it, unanswered, and its line closes."""
         if task.startup is not None:
             task.startup.close(answer=False)
             task.startup = None
+        if task.line is not None:
+            task.line.close()
+            task.line = None
+        task.wind_down_until = None
+
+    def _wind_down(self, task: Task, now: float) -> None:
+        """Its job said its process is exiting: no CPU quota for the teardown, up to the cap
+        (its weight stays its allocation, so no neighbour gets less than its own)."""
+        task.line = None
+        if self.wind_down_cap_s <= 0:
+            return
+        task.wind_down_until = now + self.wind_down_cap_s
+        try:
+            self.cgroups.apply(task.cgroup, self._limits(task))
+        except CgroupError as exc:  # the group is gone (the task has exited)
+            event(self.log, "task.wind_down_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
+            return
+        event(self.log, "task.winding_down", task=str(task.key), cap_s=self.wind_down_cap_s)
+
+    def _end_wind_down(self, task: Task, why: str) -> None:
+        """A wind-down that outlived its cap: the quota again (the process is still there)."""
+        task.wind_down_until = None
+        limits = self._limits(task)
+        try:
+            self.cgroups.apply(task.cgroup, limits)
+        except CgroupError as exc:
+            event(self.log, "task.wind_down_failed", level=logging.WARNING, task=str(task.key), reason=str(exc))
+            return
+        event(self.log, "task.wind_down_over", level=logging.WARNING, task=str(task.key),
+              quota=round(limits.cpu_quota, 4), reason=why)
 
     def _exited(self, task: Task, code: int) -> None:
         if not task.adopted or state.same_process(task.pid, task.pid_ticks):

@@ -124,11 +124,12 @@ class MinioCache:
         job_id: int | None = None,
         attempt: int = 0,
         tag: str = "",
+        cluster: str = "",
         shm_dir: str = seg.SHM_DIR,
         max_items: int = DEFAULT_MAX_ITEMS,
         max_slots: int = DEFAULT_MAX_SLOTS,
     ) -> MinioCache:
-        """A new, empty cache owned by this process, named for (job_id, attempt[, tag]).
+        """A new, empty cache owned by this process, named for (job_id, attempt[, cluster][, tag]).
 
         `capacity_bytes` 0 is allowed (every read misses, the model's hit rate 0); negative or
         non-int raises. Stale segments of crashed jobs are removed first; a segment of the same
@@ -137,7 +138,7 @@ class MinioCache:
         _check_size("max_items", max_items, 1)
         _check_size("max_slots", max_slots, 1)
         remove_stale_segments(shm_dir)
-        path = os.path.join(shm_dir, seg.segment_name(job_id, attempt, tag))
+        path = os.path.join(shm_dir, seg.segment_name(job_id, attempt, tag, cluster))
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
@@ -175,12 +176,13 @@ class MinioCache:
 
         `env` is a `synergy.common.contract.JobEnv` (read from the environment when None):
         capacity = `capacity_from_allocation(env.alloc_mem_gb, fraction, process_mem_gb)`, named
-        by the job id and attempt."""
+        by the job id, its attempt and its daemon (`segment.cluster_tag`)."""
         from synergy.common.contract import JobEnv  # the agent's contract: the one place it lives
 
         job = env if env is not None else JobEnv.from_env()
         capacity = capacity_from_allocation(job.alloc_mem_gb, fraction, process_mem_gb)
-        cache = cls.create(capacity, job_id=job.job_id, attempt=job.attempt, **kwargs)  # type: ignore[arg-type]
+        cache = cls.create(capacity, job_id=job.job_id, attempt=job.attempt,  # type: ignore[arg-type]
+                           cluster=seg.cluster_tag(job.daemon_address), **kwargs)
         cache.fraction, cache.process_mem_gb = fraction, process_mem_gb
         return cache
 

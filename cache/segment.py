@@ -85,14 +85,21 @@ def page_ceil(n: int) -> int:
     return -(-n // PAGE) * PAGE
 
 
-def segment_name(job_id: int | None, attempt: int = 0, tag: str = "") -> str:
-    """`synergy-cache-j<job>-a<attempt>[-<tag>]`; without a job id (a standalone run) the
-    process id stands in for it. One name per job attempt, so a relaunch never attaches to a
-    crashed attempt's half-written segment."""
+def segment_name(job_id: int | None, attempt: int = 0, tag: str = "", cluster: str = "") -> str:
+    """`synergy-cache-j<job>-a<attempt>[-d<cluster>][-<tag>]`; without a job id (a standalone
+    run) the process id stands in for it. One name per job attempt, so a relaunch never attaches
+    to a crashed attempt's half-written segment. `cluster` tells apart two daemons' jobs of the
+    same id on one machine (two clusters, or parallel tests: both had a live job 1, attempt 1)."""
     who = f"j{job_id}" if job_id is not None else f"p{os.getpid()}"
-    if tag and not tag.replace("_", "").replace(".", "").isalnum():
-        raise ValueError(f"tag must be letters, digits, '_' or '.', got {tag!r}")
-    return f"{PREFIX}{who}-a{attempt}" + (f"-{tag}" if tag else "")
+    for name, value in (("tag", tag), ("cluster", cluster)):
+        if value and not value.replace("_", "").replace(".", "").isalnum():
+            raise ValueError(f"{name} must be letters, digits, '_' or '.', got {value!r}")
+    return f"{PREFIX}{who}-a{attempt}" + (f"-d{cluster}" if cluster else "") + (f"-{tag}" if tag else "")
+
+
+def cluster_tag(daemon_address: str) -> str:
+    """A short, stable tag for the daemon a job belongs to (its address hashed)."""
+    return hashlib.sha256(daemon_address.encode()).hexdigest()[:8]
 
 
 def key_digest(key: object) -> bytes:

@@ -74,6 +74,8 @@ class SynergyIterator:
         self._environ = env_map
         #: the agent was told this process reached its training loop (synergy.common.startup)
         self._loop_reached = False
+        #: the line to the agent, kept after its answer for the last word: winding down at exit
+        self._agent_line: startup.JobLine | None = None
         self.env: JobEnv | None = None
         self.lease: LeaseKeeper | None = None
         self.position = Position()
@@ -301,7 +303,8 @@ class SynergyIterator:
         now) and answers once the quota is in force. Before any batch, so no profiling window
         (`_profile_step`, in the loop) ever measures the process beyond its allocation."""
         self._loop_reached = True
-        said = startup.reached_training_loop(self._environ)
+        self._agent_line = startup.JobLine(self._environ)
+        said = self._agent_line.reached_training_loop()
         if said:
             _say(said)
 
@@ -514,6 +517,10 @@ class SynergyIterator:
         raise SystemExit(EXIT_FAILED)
 
     def _at_exit(self) -> None:
+        # First: what is left is the interpreter's teardown (torch's, the DataLoader workers'),
+        # which the agent lets run without the CPU quota (synergy.common.startup.JobLine).
+        if self._agent_line is not None:
+            self._agent_line.winding_down()
         lease = self.lease
         if lease is None or self.env is None or lease._closed.is_set():
             return

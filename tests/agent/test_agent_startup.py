@@ -47,6 +47,22 @@ while True:
 """
 
 
+#: A job that reaches its training loop at once and burns at its quota until the file argv[1]
+#: exists, then says it is winding down (what the SynergyIterator says at exit) and burns on.
+WINDER = """
+import os, sys
+from synergy.common.startup import JobLine
+line = JobLine()
+print('PID', os.getpid(), 'LOOP', line.reached_training_loop(), flush=True)
+while not os.path.exists(sys.argv[1]):
+    for _ in range(20000):
+        pass
+print('DOWN', line.winding_down(), flush=True)
+while True:
+    pass
+"""
+
+
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
@@ -168,7 +184,8 @@ def test_the_cap_ends_the_phase_of_a_job_that_never_says(tmp_path: Path, caplog:
                   if r.getMessage() == "task.startup_done"]
         assert done["task"] == str(t.key) and done["quota"] == 0.25 and done["after_s"] >= 1.0
         assert "its cap of 1 s" in done["reason"]
-        assert sup.next_deadline() is None and sup.wake_fds() == []
+        # no deadline left; the job's end stays heard (a late STARTED is answered, then its last word)
+        assert sup.next_deadline() is None and sup.wake_fds() == [t.line.fileno()]  # type: ignore[union-attr]
     finally:
         sup.shutdown(0)
         cg.teardown()
@@ -280,3 +297,49 @@ def test_the_job_waits_for_the_agent_s_answer_and_every_bad_case_lets_it_go_on()
     assert "names no open descriptor" in reached_training_loop({contract.STARTUP_FD: "999999:1"})
     assert "names no open descriptor" in reached_training_loop({contract.STARTUP_FD: "x"})
     assert APPLIED != STARTED
+
+
+def test_a_job_winding_down_runs_without_its_quota_until_the_cap(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The wrap's last word at exit: the teardown of a finished job's process (torch, its workers)
+    runs without the quota, so the next task on its GPUs starts sooner; the cap gives it back."""
+    cg = _v1()
+    sup = _supervisor(tmp_path, cg, wind_down_cap_s=3.0)
+    caplog.set_level(logging.INFO, logger="test-agent")
+    down = tmp_path / "down"
+    spec = _spec(1, down, cpus=0.25)
+    spec.command[:] = [sys.executable, "-c", WINDER, str(down)]
+    try:
+        t = sup.launch(spec)
+        _startup_over(sup, t)
+        wait_for(lambda: "LOOP start-up over" in t.log_path.read_text(), timeout=30, what="the job's loop")
+        period = _cpu_file(cg, t, "cpu.cfs_period_us")
+        assert _cpu_file(cg, t, "cpu.cfs_quota_us") == period // 4 and t.line is not None
+        [held] = _cores_used(t.pid, window_s=1.0)
+        assert held < 0.35, f"at its quota: {held:.2f} cores (quota 0.25)"
+        down.touch()
+
+        def winding() -> bool:
+            sup.poll()
+            return t.wind_down_until is not None
+
+        wait_for(winding, timeout=30, what="the agent to hear the job wind down")
+        assert "DOWN True" in t.log_path.read_text() and t.line is None
+        assert _cpu_file(cg, t, "cpu.cfs_quota_us") == -1 and _cpu_file(cg, t, "cpu.shares") == 256
+        deadline = sup.next_deadline()
+        assert deadline is not None and deadline <= time.monotonic() + 3.0  # the agent wakes for the cap
+        [unheld] = _cores_used(t.pid, window_s=1.0)
+        assert unheld > 0.6, f"winding down: {unheld:.2f} cores of an idle core"
+
+        def capped() -> bool:
+            sup.poll()
+            return t.wind_down_until is None
+
+        wait_for(capped, timeout=30, what="the wind-down's cap")
+        assert _cpu_file(cg, t, "cpu.cfs_quota_us") == period // 4
+        events = [r.getMessage() for r in caplog.records]
+        assert "task.winding_down" in events and "task.wind_down_over" in events, events
+        print(f"one core, 0.25 CPU: {held:.2f} cores at its quota, {unheld:.2f} winding down")
+    finally:
+        sup.shutdown(0)
+        cg.teardown()

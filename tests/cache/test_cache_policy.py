@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import replace
 
 import pytest
 from cache_helpers import unique_job_id
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from synergy.common.contract import JobEnv
 from synergy.cache import CacheStats, MinioCache, capacity_from_allocation
-from synergy.cache.segment import key_digest
+from synergy.cache.segment import cluster_tag, key_digest
 from synergy.scheduler.profiles.minio import MinioModel, hit_rate
 
 ITEM = 1000
@@ -152,7 +153,10 @@ def test_sized_from_the_job_memory_allocation() -> None:
                  alloc_mem_gb=0.001)
     with MinioCache.for_job(env, fraction=0.5) as cache:
         assert cache.stats().capacity_bytes == 500_000
-        assert os.path.basename(cache.path) == f"synergy-cache-j{env.job_id}-a2"
+        assert os.path.basename(cache.path) == f"synergy-cache-j{env.job_id}-a2-d{cluster_tag('x')}"
+        # another daemon's job of the same id and attempt (two clusters, parallel tests) has its own
+        with MinioCache.for_job(replace(env, daemon_address="y"), fraction=0.5) as other:
+            assert other.path != cache.path
     assert not os.path.exists(cache.path)
 
 
@@ -259,7 +263,7 @@ def test_for_job_reads_the_agents_environment(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv(name, value)
     with MinioCache.for_job(fraction=1.0, process_mem_gb=0.001) as cache:
         assert cache.stats().capacity_bytes == 1_000_000
-        assert cache.path.endswith(f"-j{env.job_id}-a1")
+        assert cache.path.endswith(f"-j{env.job_id}-a1-d{cluster_tag('x')}")
     monkeypatch.delenv("SYNERGY_JOB_ID")
     with pytest.raises(ValueError, match="SYNERGY_JOB_ID is not set"):
         MinioCache.for_job()

@@ -3,7 +3,8 @@
 In-process, no daemon at the contract's address (as test_periodic_checkpoints.py): the agent's
 half is a real `synergy.agent.startup.Startup` answered from a thread, late on purpose. The
 first batch must be fetched after the answer (the quota is in force), so no profiling window,
-which runs in the loop, measures the process beyond its allocation.
+which runs in the loop, measures the process beyond its allocation. At exit the wrap says its
+process is winding down on the same socket (the agent lifts the quota for the teardown).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 import time
 from typing import Iterator
 
-from synergy.agent.startup import Startup
+from synergy.agent.startup import Line, Startup
 from synergy.common import contract
 from synergy.common.contract import JobEnv
 from synergy.common.startup import env_value
@@ -41,13 +42,14 @@ def test_the_first_batch_comes_after_the_agent_applied_the_quota() -> None:
                      job_token="t").to_env()
     environ[contract.STARTUP_FD] = env_value(job_fd)
     times: dict[str, float] = {}
+    lines: list[Line] = []
 
     def agent() -> None:
         wait_for(lambda: phase.heard() != "", timeout=30, what="the job's word")
         times["heard"] = time.monotonic()
         time.sleep(0.3)  # writing the quota, or a busy agent loop
         times["answered"] = time.monotonic()
-        phase.close(answer=True)
+        lines.append(phase.answer())
 
     threading.Thread(target=agent, daemon=True).start()
     loader = Timed()
@@ -58,6 +60,12 @@ def test_the_first_batch_comes_after_the_agent_applied_the_quota() -> None:
         assert times["heard"] < times["answered"] <= loader.first_fetch
         assert contract.STARTUP_FD not in environ
         assert list(it) == [0, 1, 2]  # the next epoch: nothing more to say
+        # At exit (the atexit hook), before anything else: the process is winding down.
+        [line] = lines
+        assert not line.winding_down()
+        it.lease.close()  # type: ignore[union-attr]
+        it._at_exit()
+        assert line.winding_down() and line.sock is None
     finally:
         assert it.lease is not None
         it.lease.close()
