@@ -20,6 +20,7 @@ import psutil
 
 from synergy.agent.cores import CoreError, format_cpu_list, parse_cpu_list
 from synergy.agent.launch import LaunchError
+from synergy.agent.startup import WIND_DOWN_CAP_S
 from synergy.agent.users import DEFAULT_USER, lookup
 from synergy.scheduler.gpu_type_names import gpu_type_problem
 from synergy.scheduler.statedir import ADDRESS_FILE, AGENT_ADDRESS_FILE, CLUSTER_TOKEN_FILE, default_state_dir
@@ -80,6 +81,8 @@ class AgentConfig:
     #: Address the job processes call (the JobService); defaults to --daemon.
     job_daemon_address: str = ""
     stop_grace_s: float = 10.0
+    #: the longest a finished job's process tears down without its CPU quota (0: never lifted)
+    wind_down_cap_s: float = WIND_DOWN_CAP_S
     #: stop the tasks when the agent exits (default: leave them running for the next instance)
     stop_tasks_on_exit: bool = False
     #: telemetry every this many seconds (0: off); the copy benchmark's length at start (0: skip)
@@ -159,6 +162,10 @@ def parser() -> argparse.ArgumentParser:
       "(default: --daemon)")
     a("--stop-grace-s", type=float, default=10.0, metavar="S", help="SIGTERM-to-SIGKILL grace when the agent "
       "itself stops its tasks on shutdown (default: 10)")
+    a("--wind-down-cap-s", type=float, default=WIND_DOWN_CAP_S, metavar="S", help="once a job's process says it "
+      "is exiting (the SynergyIterator does at exit), its CPU quota is lifted for the interpreter's teardown, "
+      "its weight kept, for at most this long, so the next task on its GPUs starts sooner; 0 keeps the quota "
+      f"(default: {WIND_DOWN_CAP_S:g})")
     a("--stop-tasks-on-exit", action="store_true", help="stop every task when the agent exits on SIGTERM / "
       "SIGINT (default: tasks keep running and the next agent started with the same --work-dir re-adopts them)")
     a("--sample-interval-s", type=float, default=1.0, metavar="S", help="telemetry sampling interval: CPU, "
@@ -268,6 +275,8 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         raise ConfigError(f"--metrics-port: must be a port number, 0 (pick one) or -1 (off), got {ns.metrics_port}")
     if not ns.stop_grace_s >= 0:
         raise ConfigError(f"--stop-grace-s: must be >= 0, got {ns.stop_grace_s}")
+    if not 0 <= ns.wind_down_cap_s <= 3600:
+        raise ConfigError(f"--wind-down-cap-s: must be from 0 to 3600, got {ns.wind_down_cap_s}")
     if not 0 <= ns.task_pids_max <= 4_194_304:
         raise ConfigError(f"--task-pids-max: must be between 0 (no limit) and 4194304, got {ns.task_pids_max}")
     log_max = parse_size_gb(ns.task_log_max, "--task-log-max") if ns.task_log_max != "0" else 0.0
@@ -316,6 +325,7 @@ def from_args(argv: Sequence[str] | None = None) -> AgentConfig:
         tls_key=tls_key,
         job_daemon_address=ns.job_daemon_address or daemon,
         stop_grace_s=ns.stop_grace_s,
+        wind_down_cap_s=ns.wind_down_cap_s,
         stop_tasks_on_exit=ns.stop_tasks_on_exit,
         sample_interval_s=ns.sample_interval_s,
         bandwidth_calibration_s=ns.bandwidth_calibration_s,

@@ -138,6 +138,7 @@ class Agent:
             pids_max=cfg.task_pids_max,
             log_max_bytes=cfg.task_log_max_bytes,
             log_keep=cfg.task_log_files,
+            wind_down_cap_s=cfg.wind_down_cap_s,
             users=JobUsers.for_agent(cfg.node_id, cfg.default_user, cfg.allow_root_jobs, cfg.ignore_job_users),
         )
         self.supervisor.load()  # reported in RegisterNode as recorded; checked by readopt once accepted

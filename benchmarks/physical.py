@@ -148,7 +148,7 @@ def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> Run:
     d = DaemonProcess(state_dir, "--mechanism", mechanism, "--policy", policy,
                       "--launch-timeout-s", "120", round_s=args.round_s).start()
     agent = AgentProcess(d, tmp / f"work-{mechanism}", "n0", "--cpus", args.cpus, "--memory", args.memory,
-                         fake_gpus=args.gpus)
+                         "--wind-down-cap-s", f"{args.wind_down_cap_s:g}", fake_gpus=args.gpus)
     admin = d.admin()
     try:
         agent.start()
@@ -274,6 +274,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-job-cpus", type=float, default=0.5, help="CPUs each CPU-only job asks for")
     p.add_argument("--cpu-job-memory-gb", type=float, default=0.5, help="GB each CPU-only job asks for")
     p.add_argument("--cpu-job-s", type=float, default=30.0, help="seconds each CPU-only job runs")
+    p.add_argument("--wind-down-cap-s", type=float, default=30.0,
+                   help="the agent's --wind-down-cap-s (0: a finished job's process tears down under its quota)")
     p.add_argument("--timeout-s", type=float, default=900.0)
     return p
 

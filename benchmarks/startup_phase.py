@@ -10,6 +10,11 @@ cores the neighbour used meanwhile (its allocation is 0.5; `--neighbour-cpus 0`:
 
     python benchmarks/startup_phase.py [--runs 3] [--starter-cpus 0.25] [--neighbour-cpus 0.5]
 
+Then the wind-down (the same job's other end): a job that trains a few steps with two
+DataLoader workers and exits, saying it is winding down at exit as the SynergyIterator does;
+printed: seconds from that word to the agent seeing the process gone (its GPUs are held until
+then), with the quota kept (`--wind-down-cap-s 0`, `off`) and lifted (`on`), alternated.
+
 Printed, not asserted; bounded in time; it stops every task it started. The figures depend on
 the machine's load: say `uptime` beside them.
 """
@@ -46,6 +51,23 @@ from synergy.common.startup import reached_training_loop
 reached_training_loop()
 while True:
     pass
+"""
+ENDER = """
+import atexit, time
+import torch
+from torch.utils.data import DataLoader
+from synergy.common.startup import JobLine
+line = JobLine()
+line.reached_training_loop()
+model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)])
+for x in DataLoader(torch.randn(64, 256), batch_size=8, num_workers=2):
+    model(x).sum().backward()
+
+def down():
+    print('DOWN', time.monotonic(), flush=True)
+    line.winding_down()
+
+atexit.register(down)
 """
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -99,6 +121,30 @@ def one_run(mode: str, args: argparse.Namespace, core: int) -> tuple[float, floa
         shutil.rmtree(work, ignore_errors=True)
 
 
+def wind_down_run(mode: str, args: argparse.Namespace, core: int) -> float:
+    """Seconds from the job's word at exit to the agent seeing its process gone."""
+    cg = detect(f"synergy-bench-{uuid.uuid4().hex[:8]}/n", (core,))
+    work = Path(tempfile.mkdtemp(prefix="winddown-bench-"))
+    sup = Supervisor(node_id="n", cores=(core,), gpus=0, mem_gb=4, work_dir=work, cgroups=cg,
+                     log=logging.getLogger("bench"), daemon_address="127.0.0.1:1",
+                     wind_down_cap_s=0 if mode == "off" else 30)
+    try:
+        if args.neighbour_cpus > 0:
+            neighbour = sup.launch(_spec(1, NEIGHBOUR, args.neighbour_cpus))
+            _until(sup, lambda: neighbour.startup is None and neighbour.pid)
+        ender: Task = sup.launch(_spec(2, ENDER, args.starter_cpus))
+        _until(sup, lambda: not ender.alive)
+        gone = time.monotonic()
+        said = ender.log_path.read_text().split("DOWN", 1)
+        if len(said) < 2:
+            raise SystemExit(f"the job did not say it: {ender.log_path.read_text()[-2000:]}")
+        return gone - float(said[1].split()[0])
+    finally:
+        sup.shutdown(0)
+        cg.teardown()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -118,6 +164,16 @@ def main() -> None:
     for mode, rows in results.items():
         print(f"{mode:3}: median start -> loop {statistics.median(r[0] for r in rows):.2f} s, "
               f"neighbour {min(r[1] for r in rows):.2f}-{max(r[1] for r in rows):.2f} cores")
+    print(f"wind-down: the same job at {args.starter_cpus:g} CPU trains 8 steps (2 DataLoader workers) and exits; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    ends: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(args.runs):
+        for mode in ("off", "on"):
+            ends[mode].append(wind_down_run(mode, args, args.core))
+            print(f"  {mode:3}: winding down -> process gone {ends[mode][-1]:6.2f} s")
+    for mode, times in ends.items():
+        print(f"{mode:3}: median winding down -> gone {statistics.median(times):.2f} s "
+              f"(quota {'kept' if mode == 'off' else 'lifted'})")
 
 
 if __name__ == "__main__":
