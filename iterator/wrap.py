@@ -44,7 +44,7 @@ from synergy.iterator.lease import say as _say
 from synergy.iterator.outcome import exception_line, exit_failure
 from synergy.iterator.position import ElasticSampler, IndexCursor, Position, rng_states, set_rng_states
 from synergy.profiler import live as live_profiler
-from synergy.profiler.refine import Refiner, optimistic_points
+from synergy.profiler.refine import Refiner, StepCeiling, optimistic_points
 
 #: Exit code of a checkpointed stop ("restart me later"; docs/daemon.md).
 EXIT_PREEMPTED = 75
@@ -130,6 +130,9 @@ class SynergyIterator:
         self._in_force_terms: live_profiler.ProfilingTerms | None = None
         self._bound_cpus = 0.0
         self._profiling = True
+        #: While profiling and refining: the script's steps, whose device time caps the
+        #: optimistic guess above the top point (refine.StepCeiling).
+        self.step_ceiling = StepCeiling(self.batch_size * self.position.world_size)
         if env.checkpoint_dir:
             self.writer = BackgroundWriter(self._written)
         try:
@@ -296,7 +299,12 @@ class SynergyIterator:
                 return
             pos.batches += 1
             lease.step += 1
-            yield batch
+            if self._profiling or self.refiner is not None:
+                wall0, cpu0 = time.monotonic(), time.process_time()
+                yield batch
+                self.step_ceiling.add(time.monotonic() - wall0, time.process_time() - cpu0)
+            else:
+                yield batch
 
     def _end_startup(self) -> None:
         """The training loop starts: the agent ends the task's start-up phase (no CPU quota until
@@ -343,7 +351,7 @@ class SynergyIterator:
             _say("profiling done: " + ", ".join(f"{c} CPUs {s:.1f} samples/s" for c, s in p.result()))
             assert self.env is not None
             if self.env.rank == 0:  # one rank refines (and reports) for the job
-                points, guess = optimistic_points(p.result(), saturated=p.saturated)
+                points, guess = self._optimistic(p.result())
                 self.refiner = Refiner(points, self.batch_size * self.position.world_size, guess)
             if (self.cursor is not None and self._script_workers is not None
                     and getattr(self.loader, "num_workers", None) != self._script_workers):
@@ -386,6 +394,11 @@ class SynergyIterator:
         if r.done:
             self._measured, self.refiner = r.points, None
 
+    def _optimistic(self, measured: list[tuple[float, float]]) -> tuple[list[tuple[float, float]], float | None]:
+        """`measured` and the optimistic row above it, if any (profiler/refine.py)."""
+        return optimistic_points(measured, saturated=self.profiler.saturated if self.profiler else (),
+                                 ceiling=self.step_ceiling.samples_per_s)
+
     def _profile_job(self, measured: list[tuple[float, float]], terms: Any) -> Any:
         """What the lease thread runs to complete the profile: (model name, profile document).
         Above the top point, if the job still climbs there, one optimistic row
@@ -393,7 +406,11 @@ class SynergyIterator:
         assert self.env is not None
         files = [Path(f) for f in self.cache_files] or None
         rss = live_profiler.process_rss_gb()
-        points, guess = optimistic_points(measured, saturated=self.profiler.saturated if self.profiler else ())
+        points, guess = self._optimistic(measured)
+        if guess is not None:
+            ceiling = self.step_ceiling.samples_per_s
+            _say(f"above the measured points: {guess:g} CPUs guessed at {points[-1][1]:.1f} samples/s ("
+                 + (f"the device time of a step allows {ceiling:.1f}" if ceiling else "no device time seen") + ")")
         model = self.env.job_name or f"job-{self.env.job_id}"
         batch = self.batch_size * self.position.world_size
 

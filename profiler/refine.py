@@ -14,7 +14,15 @@ Two halves, both pure (the clock and the allocation are passed in):
   optimistic, as the paper's search is). A lone point at which the job used its whole quota
   (CPU-bound, so nothing was measured below it: subcore.py) is climbing too: the line then
   runs through the origin (no CPU, no progress), again an upper bound for a concave curve.
-  The profile says so in its source.
+  The profile says so in its source. Two caps keep the guess physical. The line through the
+  top two points can be steeper than the line through the origin when one of them read low
+  (a loading-heavy job measured 40.2, 50.2 and 88.0 samples/s at 0.5, 0.75 and 1 CPU beside
+  starting arrivals, and the line put 2 CPUs at 239 samples/s): a concave curve through the
+  origin never gains more than in proportion to its CPUs, so the guess is at most that.
+  And no allocation of CPUs shortens the part of an iteration that is device time: the wrap
+  measures how long the training script holds each batch and how much of that its process
+  spent on a CPU (`StepCeiling`); the rest, the GPU step, bounds the speed any CPU count
+  can reach (that job's step was 40 ms of device time: 100 samples/s at 4 a batch).
 * `Refiner`: after profiling the job runs on, renewing its lease; whenever the allocation in
   force settles on a CPU count not measured yet (a round gave it more, or less), it measures a
   window of real iterations there and the point joins the curve, and the caller reports the
@@ -27,6 +35,7 @@ Two halves, both pure (the clock and the allocation are passed in):
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Collection, Sequence
 
 from synergy.profiler.window import MIN_WINDOW_S, ThroughputWindow
@@ -59,22 +68,60 @@ def flatten_noise(points: Sequence[tuple[float, float]],
 
 
 def optimistic_points(points: Sequence[tuple[float, float]], threshold: float = CLIMB_THRESHOLD,
-                      saturated: Collection[float] = ()) -> tuple[list[tuple[float, float]], float | None]:
+                      saturated: Collection[float] = (), ceiling: float | None = None,
+                      ) -> tuple[list[tuple[float, float]], float | None]:
     """`points` (CPUs, samples/s), plus one extrapolated point at twice the top CPUs when the
     top is still climbing; returns (points, the extrapolated CPU count or None). `saturated`:
-    the CPU counts at which the job used its whole quota (LiveProfiler.saturated)."""
+    the CPU counts at which the job used its whole quota (LiveProfiler.saturated); `ceiling`:
+    samples/s no CPU count exceeds (StepCeiling.samples_per_s), None where unknown."""
     pts = sorted(points)
     if len(pts) == 1 and pts[0][0] in saturated and pts[0][0] > 0 and pts[0][1] > 0:
         c1, t1 = pts[0]  # CPU-bound and alone: on the line through the origin
-        return [*pts, (2.0 * c1, 2.0 * t1)], 2.0 * c1
-    if len(pts) < 2:
+        guess = 2.0 * t1
+    elif len(pts) < 2:
         return pts, None
-    (c0, t0), (c1, t1) = pts[-2], pts[-1]
-    if not (t1 >= (1.0 + threshold) * t0 and c1 > c0):
+    else:
+        (c0, t0), (c1, t1) = pts[-2], pts[-1]
+        if not (t1 >= (1.0 + threshold) * t0 and c1 > c0):
+            return pts, None
+        # On the line through the top two, but never steeper than the line through the origin.
+        guess = min(t1 + (t1 - t0) / (c1 - c0) * c1, 2.0 * t1)
+    if ceiling is not None:
+        guess = min(guess, ceiling)
+    if not guess > t1:  # the device time already bounds the top point: nothing above it
         return pts, None
-    slope = (t1 - t0) / (c1 - c0)
-    top = 2.0 * c1
-    return [*pts, (top, t1 + slope * (top - c1))], top
+    return [*pts, (2.0 * c1, guess)], 2.0 * c1
+
+
+class StepCeiling:
+    """The speed no CPU allocation exceeds, from how long the training script holds each batch.
+
+    Between handing a batch to the script and being asked for the next, the wrap times the
+    script's step (`add`: wall seconds and the CPU seconds its process used meanwhile). Wall
+    time the process did not spend on a CPU is device time (a GPU step, an emulated one's
+    sleep), which more CPUs do not shorten; a step that is CPU work (a CPU model, a CUDA
+    spin-wait) shows none, and then there is no ceiling. The low decile of recent steps is
+    taken, so iterations slowed by a neighbour or a throttled quota do not lower the bound.
+    """
+
+    #: Steps kept (the most recent).
+    KEEP = 256
+    #: Steps needed before a ceiling is given.
+    MIN_STEPS = 8
+
+    def __init__(self, samples_per_batch: int) -> None:
+        self.samples_per_batch = samples_per_batch
+        self._device_s: deque[float] = deque(maxlen=self.KEEP)
+
+    def add(self, wall_s: float, cpu_s: float) -> None:
+        self._device_s.append(max(0.0, wall_s - cpu_s))
+
+    @property
+    def samples_per_s(self) -> float | None:
+        if len(self._device_s) < self.MIN_STEPS:
+            return None
+        low = sorted(self._device_s)[len(self._device_s) // 10]
+        return self.samples_per_batch / low if low > 0 else None
 
 
 class Refiner:

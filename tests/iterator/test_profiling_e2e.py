@@ -184,3 +184,31 @@ def test_a_light_job_is_profiled_below_one_cpu_where_the_share_is_half_a_core(tm
         admin.close()
         agent.stop()
         d.kill()
+
+
+def test_the_guess_above_the_lease_stops_at_the_device_time_of_a_step(tmp_path: Path) -> None:
+    """Issue 14: a loading-heavy job still climbing at the top of its half-core lease gets an
+    optimistic row above it (profiler/refine.py), but no CPU count makes a step shorter than
+    its device time: with 60 ms of device time a step, 4 samples a step, no guess may promise
+    more than 66.7 samples/s. On the line through the lease's points alone, it promised about
+    100. (Alone on its node, the job is then refined at the CPUs the round gives it.)"""
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "120").start()
+    agent = AgentProcess(d, tmp_path / "work-n1", "n1", "--cpus", "0-1", "--memory", "2G", fake_gpus=4).start()
+    admin = d.admin()
+    step_s, batch = 0.06, 4
+    try:
+        job = admin.submit("heavy", gpus=1, command=(
+            sys.executable, "-u", str(EXAMPLES.parent / "benchmarks" / "physical_job.py"), "--samples", "800",
+            "--cpu-ms", "10", "--step-s", str(step_s), "--batch-size", str(batch), "--workers", "2"),
+            working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"), profiler="synergy").id
+        wait_for(lambda: admin.state(job) in ("succeeded", "failed"), timeout=180,
+                 what=f"the job to finish (is {admin.state(job)}: {admin.describe(job).state_reason})")
+        assert admin.state(job) == "succeeded", admin.describe(job).state_reason
+    finally:
+        admin.close()
+        agent.stop()
+        d.kill()
+    log = "\n".join(f.read_text() for f in (tmp_path / "work-n1").rglob("*.log"))
+    guesses = [float(g) for g in re.findall(r"above the measured points: \S+ CPUs guessed at ([0-9.]+) samples/s", log)]
+    assert guesses, log  # it was still climbing at the top of its lease: a guess was made
+    assert max(guesses) <= 1.15 * batch / step_s, (guesses, log)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from synergy.profiler.refine import Refiner, flatten_noise, optimistic_points
+from synergy.profiler.refine import Refiner, StepCeiling, flatten_noise, optimistic_points
 
 
 def test_a_job_still_climbing_at_the_top_gets_one_optimistic_row():
@@ -24,14 +24,49 @@ def test_a_lone_cpu_bound_point_climbs_on_the_line_through_the_origin():
     assert optimistic_points([(0.25, 45.0), (0.5, 46.0)], saturated={0.5}) == ([(0.25, 45.0), (0.5, 46.0)], None)
 
 
+def test_the_guess_never_climbs_faster_than_its_cpus():
+    """A loading-heavy job read 40.2, 50.2 and 88.0 samples/s at 0.5, 0.75 and 1 CPU beside
+    starting arrivals (the middle point low): the line through the top two put 2 CPUs at 239.
+    A concave curve through the origin gains at most in proportion to its CPUs: 176."""
+    points, guess = optimistic_points([(0.5, 40.2), (0.75, 50.2), (1.0, 88.0)])
+    assert guess == 2.0 and points[-1] == (2.0, 176.0)
+
+
+def test_the_device_time_of_a_step_caps_the_guess():
+    assert optimistic_points([(0.5, 40.0), (1.0, 88.0)], ceiling=100.0)[0][-1] == (2.0, 100.0)
+    assert optimistic_points([(0.5, 46.0)], saturated={0.5}, ceiling=60.0) == ([(0.5, 46.0), (1.0, 60.0)], 1.0)
+    # A top point already at the ceiling has nothing above it.
+    assert optimistic_points([(0.5, 40.0), (1.0, 88.0)], ceiling=88.0) == ([(0.5, 40.0), (1.0, 88.0)], None)
+
+
+def test_the_step_ceiling_is_the_device_time_of_the_quick_steps():
+    c = StepCeiling(samples_per_batch=4)
+    for _ in range(StepCeiling.MIN_STEPS - 1):
+        c.add(0.045, 0.005)
+    assert c.samples_per_s is None  # too few steps to say
+    c.add(0.045, 0.005)
+    assert abs(c.samples_per_s - 100.0) < 1e-9  # 40 ms of each step off the CPU: 4 / 0.04
+    for _ in range(5):  # a few steps stalled by a throttled quota do not lower the bound
+        c.add(0.5, 0.005)
+    assert abs(c.samples_per_s - 100.0) < 1e-9
+    cpu = StepCeiling(samples_per_batch=4)
+    for _ in range(20):  # a CPU step (a CPU model, a spin-wait) shows no device time: no ceiling
+        cpu.add(0.05, 0.06)
+    assert cpu.samples_per_s is None
+
+
 @given(st.lists(st.tuples(st.sampled_from([0.25, 0.5, 1, 2, 3, 4, 6, 8]), st.floats(0.1, 1e4)), min_size=1,
-                max_size=8, unique_by=lambda p: p[0]))
-def test_the_guess_lies_above_the_top_and_never_below_its_throughput(points):
-    out, guess = optimistic_points(points)
+                max_size=8, unique_by=lambda p: p[0]),
+       st.one_of(st.none(), st.floats(0.1, 1e4)), st.sets(st.sampled_from([0.25, 0.5, 1, 2])))
+def test_the_guess_lies_above_the_top_and_within_its_bounds(points, ceiling, saturated):
+    out, guess = optimistic_points(points, ceiling=ceiling, saturated=saturated)
     assert out[:len(points)] == sorted(points)
+    top_c, top_t = max(points)
     if guess is not None:
-        top_c, top_t = max(points)
-        assert guess == 2 * top_c and out[-1][1] >= top_t
+        assert guess == 2 * top_c and top_t < out[-1][1] <= 2 * top_t
+        assert ceiling is None or out[-1][1] <= ceiling
+    else:
+        assert out == sorted(points)
 
 
 def _feed(r: Refiner, cpus: float, n: int, step_s: float, t: float) -> tuple[float, int]:
