@@ -237,8 +237,12 @@ def simulate(mechanism: str, physical: Run, profiles: dict[str, SensitivityProfi
         replay = ProfilingReplay(frozenset(k for k, o in enumerate(physical.outcomes) if o.profiling_s > 0),
                                  max(0.0, profile_s))
     cluster = Cluster((Server("n0", node_resources(physical)),))
+    # The live proportional run used `profiler: none`: its daemon never knew a job's speed (SRTF
+    # ordered by remaining iterations), though the jobs ran at the speeds measured under TUNE.
+    unprofiled = frozenset(j.id for j in jobs) if mechanism == "proportional" else frozenset()
     sim = Simulation(build_scheduler(policy, mechanism), cluster, jobs,
-                     EngineConfig(round_s=args.round_s, profiling=replay, start_cost_s=physical.startup_s))
+                     EngineConfig(round_s=args.round_s, profiling=replay, start_cost_s=physical.startup_s,
+                                  unprofiled=unprofiled))
     result = sim.run()
     jcts = [r.jct_s for r in result.records.values() if r.jct_s is not None]
     makespan = max(r.completion_s for r in result.records.values() if r.completion_s is not None)

@@ -133,3 +133,25 @@ def test_a_stand_in_is_packed_after_the_jobs_it_waits_behind() -> None:
     out = build_scheduler("srtf", "tune").schedule(RoundInput(20.0, seen, [heavy, light, stand_in], {}, 2.0,
                                                               last=frozenset({4})))
     assert sorted(out.allocations) == [1, 2] and 4 in out.waiting, out.waiting
+
+
+def test_jobs_never_profiled_are_ordered_as_the_daemon_sees_them_and_run_at_their_speed() -> None:
+    """`EngineConfig.unprofiled` (a live run with `profiler: none`): the core sees the job at
+    its share with the unknown pace, so SRTF orders by remaining iterations, while the job
+    progresses at its own speed. One GPU: a slow job of 100 iterations (2 s each) and a quick
+    one of 150 (0.1 s each). Knowing their speeds, SRTF runs the quick one first (15 s left
+    against 200); not knowing them, the one with fewer iterations."""
+    def pace(name: str, iter_s: float) -> SensitivityProfile:
+        return SensitivityProfile(name, "image", (0.5, 1.0), (1.0, 2.0), ((1.0, 1.0), (1.0, 1.0)), (1.0, 2.0), iter_s)
+    one = Cluster((Server("n0", Resources(1, 1, 2)),))
+
+    def ends(unprofiled: frozenset[int]) -> dict[int, float]:
+        work = [Job(0, "slow", 1, 0.0, 100, pace("slow", 2.0)), Job(1, "quick", 1, 0.0, 150, pace("quick", 0.1))]
+        result = Simulation(build_scheduler("srtf", "proportional"), one, work,
+                            EngineConfig(round_s=1.0, unprofiled=unprofiled)).run()
+        assert result.stopped == "completed"
+        return {i: r.completion_s for i, r in result.records.items()}
+
+    known, blind = ends(frozenset()), ends(frozenset({0, 1}))
+    assert abs(known[1] - 15.0) < 1.0 and abs(known[0] - 215.0) < 1.0, known
+    assert abs(blind[0] - 200.0) < 1.0 and abs(blind[1] - 215.0) < 1.0, blind

@@ -43,7 +43,7 @@ from synergy.scheduler.loaning.reclaim import shrunk_allocation
 from synergy.scheduler.mechanisms.base import runnable_by_gpu
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, RoundInput, RoundOutput, ServerPool
 from synergy.scheduler.simulator.inference import InferencePool
-from synergy.scheduler.simulator.profiling import Leases, ProfilingReplay, profiling_round
+from synergy.scheduler.simulator.profiling import Leases, ProfilingReplay, at_share, profiling_round
 from synergy.scheduler.placement.migration import migrated
 from synergy.scheduler.profiles.pairs import PairTable
 from synergy.scheduler.throughput import iterations_per_s, packed_speed
@@ -84,6 +84,11 @@ class EngineConfig:
     #: a migration (on top of `migration_cost_s`). It holds its allocation meanwhile, so
     #: later jobs queue behind it as they do on a real cluster. 0: jobs run at once.
     start_cost_s: float = 0.0
+    #: Jobs the scheduler never learns a profile for (`profiler: none` on a live cluster):
+    #: the core sees them at their proportional share with the unknown pace (the daemon's
+    #: stand-in, so SRTF orders them by remaining iterations), while they progress at the
+    #: speed their own profile gives. Turns memoisation off.
+    unprofiled: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -237,7 +242,8 @@ class Simulation:
         stop_ids = cfg.stop_after if cfg.stop_after is not None else frozenset(self.records)
         left = len(stop_ids & self.records.keys())
         k_limit = self._boundary(cfg.max_time_s)
-        memo = cfg.memoise and self.order_only and cfg.inference is None and cfg.profiling is None
+        memo = (cfg.memoise and self.order_only and cfg.inference is None and cfg.profiling is None
+                and not cfg.unprofiled)
 
         active: dict[int, Job] = {}
         running: dict[int, _Running] = {}
@@ -453,7 +459,11 @@ class Simulation:
         if not self.progress_blind:  # the policy may read progress (SRTF, LAS, FTF)
             for r in running.values():
                 r.materialise(t)
-        inp = RoundInput(t, self.cluster, list(active.values()), previous, self.config.round_s)
+        jobs = list(active.values())
+        if self.config.unprofiled:
+            seen = iter(at_share([j for j in jobs if j.id in self.config.unprofiled], self.cluster))
+            jobs = [next(seen) if j.id in self.config.unprofiled else j for j in jobs]
+        inp = RoundInput(t, self.cluster, jobs, previous, self.config.round_s)
         if self.config.profiling is None:
             return self.scheduler.schedule(inp)
         out, self.leases = profiling_round(inp, self.config.profiling, self.leases, self.scheduler.schedule)

@@ -25,9 +25,9 @@ allocations and the new state; the engine (engine.py) keeps the state between ro
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
-from synergy.scheduler.model import Allocation, Cluster, JobKind, Resources, RoundInput, RoundOutput
+from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
 from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
 from synergy.scheduler.profiles.knee import knee_profile
 
@@ -51,6 +51,13 @@ class Leases:
 
     under: Mapping[int, tuple[Allocation, float]]
     done: frozenset[int] = frozenset()
+
+
+def at_share(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
+    """`jobs` as a daemon sees a job it has no profile for: flat above the proportional
+    share, at the unknown pace (profiles/knee.py; daemon/profiles.proportional_profile)."""
+    share = cluster.proportional_share(1)
+    return [replace(j, profile=knee_profile(j.model, j.profile.task, share.cpus, share.mem_gb)) for j in jobs]
 
 
 def profiling_round(
@@ -80,8 +87,7 @@ def profiling_round(
     waiting = sorted((j for j in profiles if j.id not in under), key=lambda j: (j.arrival_s, j.id))
     # Jobs waiting for a lease are seen at their proportional share (the daemon's rule,
     # daemon/rounds.py), so that the round leaves them room to be profiled in.
-    share = cluster.proportional_share(1)
-    stand_ins = [replace(j, profile=knee_profile(j.model, j.profile.task, share.cpus, share.mem_gb)) for j in waiting]
+    stand_ins = at_share(waiting, cluster)
     core_in = replace(inp, cluster=seen, jobs=[j for j in inp.jobs if j.id not in hidden] + stand_ins,
                       previous={jid: a for jid, a in inp.previous.items() if jid not in hidden},
                       last=frozenset(j.id for j in stand_ins))
