@@ -30,9 +30,11 @@ Two halves, both pure (the clock and the allocation are passed in):
   round uses it). A guess the job does not live up to is thereby corrected within a round or
   two, at the cost of a few iterations at an allocation the round gave it anyway. At most
   `max_points` refinements per process. A point is also held to what the job sustains there:
-  once per point, the refiner times `SUSTAIN_S` seconds at an allocation in force that was
-  measured before, and a point the job runs more than `NOISE_TOLERANCE` below is lowered to
-  what it ran at and reported. A one-second window can catch a quiet moment: on the physical
+  the refiner times `SUSTAIN_S` seconds at an allocation in force that was measured before,
+  and a point the job runs more than `NOISE_TOLERANCE` below is lowered to what it ran at
+  and reported (window after window at a point below the top measured one,
+  where more CPU is known to help, since the neighbour that keeps the cores busy may come
+  later; once at the top). A one-second window can catch a quiet moment: on the physical
   run loading-light jobs measured full speed at a quarter core, then ran there 10% slower for
   minutes beside heavy jobs that kept both cores busy (49.8 ms a step against 45.2 at their
   half-core share under proportional), slower than the share Synergy promises them.
@@ -180,8 +182,8 @@ class Refiner:
             self.measured[self._cpus] = pace
             self._hold(self._cpus)
         else:
-            self._window = None
             self._sustained.add(held)
+            self._hold(held)
             if pace >= self.measured[held] * (1.0 - NOISE_TOLERANCE):
                 return False
             self.measured[held] = pace
@@ -189,8 +191,11 @@ class Refiner:
         return True
 
     def _hold(self, point: float) -> None:
-        """Time `sustain_s` seconds at `point`, once per point (see the module docstring)."""
-        fresh = point not in self._sustained and self.sustain_s > 0
+        """Time `sustain_s` seconds at `point` (see the module docstring): window after window
+        below the top measured point, where more CPU is known to help, since a neighbour that
+        keeps the cores busy may come later; once at the top."""
+        again = point < max(self.measured) or point not in self._sustained
+        fresh = again and self.sustain_s > 0
         self._held = point if fresh else None
         self._window = ThroughputWindow(self.warmup, self.measure, self.sustain_s) if fresh else None
 
