@@ -386,3 +386,43 @@ def test_under_slurm_a_starting_job_keeps_its_allocation() -> None:
         node.heartbeat()
         with logic.ctx.lock:
             assert logic.rounds._starting(logic.jobs.get(job)) is starting, backend
+
+
+def test_a_starting_job_costs_no_running_job_a_restart() -> None:
+    """`make demo` under TUNE: two 1-core nodes with two fake GPUs, a heavy and a light job on
+    each. While every job started the round saw each at its share; once all but one light job
+    had reached their training loop, the round gave the heavy job beside it three quarters
+    of the core and, to keep the starting one's half core, swapped the two light jobs between
+    the nodes: two restarts (about 10 s each) for a state that lasts a second or two. A
+    starting job's share is for its start-up; it must not move running jobs."""
+    from dataclasses import replace
+
+    from synergy.scheduler.tasks import TaskKey
+
+    logic = _logic(mechanism="tune")
+    nodes = [SimNode(logic, n, gpus=2, cpus=1, mem_gb=3) for n in ("a0", "a1")]
+    heavy, light = _profile_doc([(0.25, 11.0), (0.5, 22.0), (1.0, 40.0)]), _profile_doc([(0.25, 40.0), (0.5, 40.0)])
+    jobs = [submit(logic, name, profile=doc) for name, doc in
+            (("heavy-a", heavy), ("heavy-b", heavy), ("light-a", light), ("light-b", light))]
+    round_(logic)
+    first = {j: _nodes(logic, j) for j in jobs}
+
+    def step(starting: set[int]) -> None:
+        for n in nodes:
+            n.heartbeat()
+        for n in nodes:
+            for key in list(n.tasks):
+                n.tasks[key] = replace(n.tasks[key], starting_up=key.job_id in starting)
+        clock(logic).advance(10)
+        for n in nodes:
+            n.heartbeat()
+        round_(logic)
+
+    step(set(jobs))  # every process starting: each at its share
+    step({jobs[3]})  # all but light-b in their training loop
+    step(set())
+    for j in jobs:
+        record = logic.jobs.get(j)
+        assert record.attempt == 1 and not record.stopping and record.migrations == 0, \
+            (record.name, [t.reason for t in record.history])
+        assert _nodes(logic, j) == first[j]
