@@ -53,7 +53,7 @@ from synergy.profiler.window import MIN_WINDOW_S, ThroughputWindow
 CLIMB_THRESHOLD = 0.10
 #: Refinements one job process makes at most.
 MAX_REFINEMENTS = 4
-#: Seconds a measured point in force is timed once to see that the job sustains it.
+#: Seconds a measured point in force is timed to see that the job sustains it (module docstring).
 SUSTAIN_S = 15.0
 #: A point less than this much faster than the best at fewer CPUs is measurement noise, not a
 #: gain: on a quiet 2-core machine a loading-light job measured 88.9 samples/s at a quarter

@@ -461,8 +461,8 @@ class Simulation:
                 r.materialise(t)
         jobs = list(active.values())
         if self.config.unprofiled:
-            seen = iter(at_share([j for j in jobs if j.id in self.config.unprofiled], self.cluster))
-            jobs = [next(seen) if j.id in self.config.unprofiled else j for j in jobs]
+            seen = {j.id: j for j in at_share([j for j in jobs if j.id in self.config.unprofiled], self.cluster)}
+            jobs = [seen.get(j.id, j) for j in jobs]
         inp = RoundInput(t, self.cluster, jobs, previous, self.config.round_s)
         if self.config.profiling is None:
             return self.scheduler.schedule(inp)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -31,6 +32,26 @@ def cluster(tmp_path: Path) -> Iterator[DaemonProcess]:
     yield d
     agent.stop()
     d.kill()
+
+
+@contextmanager
+def _node(tmp_path: Path, cpus: str, fake_gpus: int) -> Iterator[tuple[DaemonProcess, object]]:
+    """A daemon and one agent `n1` on `cpus` with `fake_gpus`: (the daemon, an admin client)."""
+    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "120").start()
+    agent = AgentProcess(d, tmp_path / "work-n1", "n1", "--cpus", cpus, "--memory", "2G", fake_gpus=fake_gpus).start()
+    admin = d.admin()
+    try:
+        yield d, admin
+    finally:
+        admin.close()
+        agent.stop()
+        d.kill()
+
+
+def _succeeds(admin, job: int, timeout: float) -> None:
+    wait_for(lambda: admin.state(job) in ("succeeded", "failed"), timeout=timeout,
+             what=f"the job to finish (is {admin.state(job)}: {admin.describe(job).state_reason})")
+    assert admin.state(job) == "succeeded", admin.describe(job).state_reason
 
 
 def _submit(d: DaemonProcess, tmp_path: Path, name: str, **kw) -> int:
@@ -165,10 +186,7 @@ def test_a_light_job_is_profiled_below_one_cpu_where_the_share_is_half_a_core(tm
     and holds half a core (never a whole one: that is two GPUs' share), the job measures half
     a core and a quarter (CFS quota, realised by RESIZE), and its profile's rows start below
     one CPU."""
-    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "120").start()
-    agent = AgentProcess(d, tmp_path / "work-n1", "n1", "--cpus", "0", "--memory", "2G", fake_gpus=2).start()
-    admin = d.admin()
-    try:
+    with _node(tmp_path, "0", fake_gpus=2) as (d, admin):
         job = _submit(d, tmp_path, "light", profiler="synergy")
         wait_for(lambda: admin.describe(job).profile_source == "profiled", timeout=120,
                  what=f"the profile to be reported (job is {admin.state(job)}: {admin.describe(job).state_reason})")
@@ -177,13 +195,7 @@ def test_a_light_job_is_profiled_below_one_cpu_where_the_share_is_half_a_core(tm
                         timeout=30, what="the job's profiling summary")
         cpus = [float(p.split()[0]) for p in done.split("profiling done: ")[1].split(", ")]
         assert cpus == [0.25, 0.5], done
-        wait_for(lambda: admin.state(job) in ("succeeded", "failed"), timeout=120,
-                 what=f"the job to finish (is {admin.state(job)}: {admin.describe(job).state_reason})")
-        assert admin.state(job) == "succeeded", admin.describe(job).state_reason
-    finally:
-        admin.close()
-        agent.stop()
-        d.kill()
+        _succeeds(admin, job, timeout=120)
 
 
 def test_the_guess_above_the_lease_stops_at_the_device_time_of_a_step(tmp_path: Path) -> None:
@@ -192,22 +204,13 @@ def test_the_guess_above_the_lease_stops_at_the_device_time_of_a_step(tmp_path: 
     its device time: with 60 ms of device time a step, 4 samples a step, no guess may promise
     more than 66.7 samples/s. On the line through the lease's points alone, it promised about
     100. (Alone on its node, the job is then refined at the CPUs the round gives it.)"""
-    d = DaemonProcess(tmp_path / "state", "--launch-timeout-s", "120").start()
-    agent = AgentProcess(d, tmp_path / "work-n1", "n1", "--cpus", "0-1", "--memory", "2G", fake_gpus=4).start()
-    admin = d.admin()
     step_s, batch = 0.06, 4
-    try:
+    with _node(tmp_path, "0-1", fake_gpus=4) as (_, admin):
         job = admin.submit("heavy", gpus=1, command=(
             sys.executable, "-u", str(EXAMPLES.parent / "benchmarks" / "physical_job.py"), "--samples", "800",
             "--cpu-ms", "10", "--step-s", str(step_s), "--batch-size", str(batch), "--workers", "2"),
             working_dir=str(tmp_path), checkpoint_dir=str(tmp_path / "ckpt"), profiler="synergy").id
-        wait_for(lambda: admin.state(job) in ("succeeded", "failed"), timeout=180,
-                 what=f"the job to finish (is {admin.state(job)}: {admin.describe(job).state_reason})")
-        assert admin.state(job) == "succeeded", admin.describe(job).state_reason
-    finally:
-        admin.close()
-        agent.stop()
-        d.kill()
+        _succeeds(admin, job, timeout=180)
     log = "\n".join(f.read_text() for f in (tmp_path / "work-n1").rglob("*.log"))
     guesses = [float(g) for g in re.findall(r"above the measured points: \S+ CPUs guessed at ([0-9.]+) samples/s", log)]
     assert guesses, log  # it was still climbing at the top of its lease: a guess was made
