@@ -46,6 +46,18 @@ Printed: physical vs simulated per metric.
     .venv/bin/python benchmarks/physical.py --trace dynamic --simulate
     .venv/bin/python benchmarks/physical.py --jobs 4 --samples 480 --simulate   # the short form
 
+`--what-if DIR` runs nothing live: it simulates the trace the other flags describe (`--trace`,
+`--jobs`, `--gap-s`, `--samples`) under each mechanism with what the kept run in DIR (a work
+dir an earlier run printed) measured: its TUNE run's profiles by kind (heavy, light), its
+node, its mean lease and process start-up. Jobs are profiled live as the daemon would (a job
+whose command an earlier job had profiled by the time it arrived takes the stored profile,
+the others profile), and TUNE is printed a second time
+with every profile known at arrival (no profiling phase): the gain the trace offers on this
+node with these profiles, before profiling costs anything. The question it answers: does a
+longer trace, a denser one or another length show the gain, before spending an hour on it.
+
+    .venv/bin/python benchmarks/physical.py --trace dynamic --what-if /tmp/physical-XXXX --jobs 16 --gap-s 10
+
 Needs root and cgroup v1 (the agent's cpusets). Run it on a quiet machine: other load on the
 two cores is load on the "cluster", and it makes the CPU measurements of profiling noise.
 """
@@ -142,6 +154,29 @@ def startup_s(log: Path) -> float:
     return statistics.mean(took) if took else 0.0
 
 
+@dataclass(frozen=True)
+class TraceJob:
+    """One job of the trace: heavy and light alternate; the dynamic trace's lengths cycle
+    1x, 2x, 3x `--samples` (SRTF needs lengths that differ) and one arrives every `--gap-s`."""
+
+    name: str
+    kind: str  # "heavy" or "light"
+    samples: int
+    steps: int
+    arrival_s: float
+
+
+def trace(args: argparse.Namespace) -> list[TraceJob]:
+    dynamic = args.trace == "dynamic"
+    out = []
+    for k in range(args.jobs):
+        kind = "heavy" if k % 2 == 0 else "light"
+        samples = args.samples * (1 + k % 3) if dynamic else args.samples
+        out.append(TraceJob(f"{kind}{k}", kind, samples, -(-samples // args.batch_size),
+                            k * args.gap_s if dynamic else 0.0))
+    return out
+
+
 def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> Run:
     policy = "srtf" if getattr(args, "trace", "static") == "dynamic" else "fifo"
     state_dir = tmp / f"state-{mechanism}"
@@ -158,17 +193,14 @@ def run(mechanism: str, args: argparse.Namespace, tmp: Path) -> Run:
             command=(sys.executable, "-u", str(STRESS), "--seconds", f"{args.cpu_job_s:g}", "--mb", "16"),
             working_dir=str(tmp)).id for k in range(args.cpu_jobs)]
         ids, steps = [], {}
-        for k in range(args.jobs):
-            heavy = k % 2 == 0
-            cpu_ms = args.heavy_cpu_ms if heavy else args.light_cpu_ms
-            name = f"{'heavy' if heavy else 'light'}{k}"
-            samples = args.samples * (1 + k % 3) if policy == "srtf" else args.samples  # SRTF: lengths differ
-            steps[name] = -(-samples // args.batch_size)
-            ids.append(admin.submit(name, gpus=1, command=(
-                sys.executable, "-u", str(JOB), "--samples", str(samples), "--cpu-ms", str(cpu_ms),
+        for k, job in enumerate(trace(args)):
+            cpu_ms = args.heavy_cpu_ms if job.kind == "heavy" else args.light_cpu_ms
+            steps[job.name] = job.steps
+            ids.append(admin.submit(job.name, gpus=1, command=(
+                sys.executable, "-u", str(JOB), "--samples", str(job.samples), "--cpu-ms", str(cpu_ms),
                 "--step-s", str(args.step_s), "--batch-size", str(args.batch_size), "--workers", str(args.workers)),
                 working_dir=str(tmp), checkpoint_dir=str(tmp / f"ckpt-{mechanism}-{k}"),
-                profiler=profiler, iterations=steps[name]).id)
+                profiler=profiler, iterations=job.steps).id)
             if policy == "srtf" and k + 1 < args.jobs:
                 time.sleep(args.gap_s)
         wait_for(lambda: all(admin.state(j) in TERMINAL for j in ids + cpu_ids), timeout=args.timeout_s,
@@ -228,25 +260,97 @@ def simulate(mechanism: str, physical: Run, profiles: dict[str, SensitivityProfi
              args: argparse.Namespace) -> tuple[float, list[float]]:
     """The simulator's makespan and JCTs for `physical`'s trace under `mechanism`, each start
     costing the run's measured start-up (module docstring)."""
-    policy = "srtf" if args.trace == "dynamic" else "fifo"
     t0 = min(o.submitted_s for o in physical.outcomes)
     jobs = [Job(k, o.name, 1, o.submitted_s - t0, float(physical.steps[o.name]), profiles[o.name])
             for k, o in enumerate(physical.outcomes)]
-    replay = None
-    if mechanism != "proportional":  # jobs profiled live in the physical run profile here too
-        replay = ProfilingReplay(frozenset(k for k, o in enumerate(physical.outcomes) if o.profiling_s > 0),
-                                 max(0.0, profile_s))
-    cluster = Cluster((Server("n0", node_resources(physical)),))
+    # Jobs profiled live in the physical run profile here too.
+    profiled = frozenset(k for k, o in enumerate(physical.outcomes) if o.profiling_s > 0)
+    return replay(mechanism, args, jobs, node_resources(physical), profiled, profile_s, physical.startup_s)
+
+
+def replay(mechanism: str, args: argparse.Namespace, jobs: list[Job], node: Resources, profiled: frozenset[int],
+           profile_s: float, start_s: float) -> tuple[float, list[float]]:
+    """Makespan and JCTs of `jobs` on one node under `mechanism`: jobs in `profiled` go through
+    the daemon's profiling phase (TUNE only) for `profile_s`, each start costs `start_s`."""
+    policy = "srtf" if args.trace == "dynamic" else "fifo"
+    leases = None
+    if mechanism != "proportional" and profiled:
+        leases = ProfilingReplay(profiled, max(0.0, profile_s))
     # The live proportional run used `profiler: none`: its daemon never knew a job's speed (SRTF
     # ordered by remaining iterations), though the jobs ran at the speeds measured under TUNE.
     unprofiled = frozenset(j.id for j in jobs) if mechanism == "proportional" else frozenset()
-    sim = Simulation(build_scheduler(policy, mechanism), cluster, jobs,
-                     EngineConfig(round_s=args.round_s, profiling=replay, start_cost_s=physical.startup_s,
+    sim = Simulation(build_scheduler(policy, mechanism), Cluster((Server("n0", node),)), jobs,
+                     EngineConfig(round_s=args.round_s, profiling=leases, start_cost_s=start_s,
                                   unprofiled=unprofiled))
     result = sim.run()
     jcts = [r.jct_s for r in result.records.values() if r.jct_s is not None]
     makespan = max(r.completion_s for r in result.records.values() if r.completion_s is not None)
     return makespan, jcts
+
+
+def lease_s(log: Path) -> float:
+    """Mean seconds a job held its profiling lease (placed under it to profiled), from a daemon's log."""
+    began: dict[int, float] = {}
+    took: list[float] = []
+    for line in log.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        e = json.loads(line)
+        if e.get("event") == "job.profiling":
+            began.setdefault(e["job"], e["ts"])
+        elif e.get("event") == "job.profiled" and e["job"] in began:
+            took.append(e["ts"] - began.pop(e["job"]))
+    return statistics.mean(took) if took else 0.0
+
+
+def what_if(args: argparse.Namespace) -> int:
+    """`--what-if DIR`: the trace the flags describe, simulated with what DIR's TUNE run measured."""
+    kept = Path(args.what_if)
+    state, log = kept / "state-tune", kept / "state-tune.log"
+    if not (state / "synergyd.sqlite").exists() or not log.exists():
+        print(f"physical.py: error: --what-if {kept}: no TUNE run kept there (state-tune/ and state-tune.log: "
+              "give the work dir a run printed)", file=sys.stderr)
+        return 2
+    measured = Run([], 0.0, state)
+    by_kind: dict[str, SensitivityProfile] = {}
+    for name, profile in sorted(measured_profiles(measured).items()):
+        by_kind.setdefault(name.rstrip("0123456789"), profile)
+    missing = {"heavy", "light"} - set(by_kind)
+    if missing:
+        print(f"physical.py: error: --what-if {kept}: no measured profile of a {' or '.join(sorted(missing))} job",
+              file=sys.stderr)
+        return 2
+    node, profile_s, start_s = node_resources(measured), lease_s(log), startup_s(log)
+    # The daemon's profile store: a job whose command another job profiled before it arrived
+    # takes that profile at submission; the others profile live (all of a static trace's).
+    stored_at: dict[tuple[str, int], float] = {}
+    profiled = set()
+    for k, t in enumerate(trace(args)):
+        ready = stored_at.get((t.kind, t.samples))
+        if ready is None or t.arrival_s < ready:
+            profiled.add(k)
+            stored_at.setdefault((t.kind, t.samples), t.arrival_s + start_s + profile_s)
+    print(f"what if: {args.trace} trace, {args.jobs} jobs" + (f", one every {args.gap_s:g} s" if args.trace ==
+          "dynamic" else "") + f", {args.samples} samples; {kept}'s profiles, node {node.gpus:g} GPUs / "
+          f"{node.cpus:g} CPUs / {node.mem_gb:g} GB, leases of {profile_s:.1f} s, start-up {start_s:.1f} s; "
+          f"{len(profiled)} of {args.jobs} jobs profile live")
+
+    def jobs() -> list[Job]:  # fresh ones per run: a simulation records progress in its jobs
+        return [Job(k, t.name, 1, t.arrival_s, float(t.steps), by_kind[t.kind]) for k, t in enumerate(trace(args))]
+
+    rows = {
+        "proportional": replay("proportional", args, jobs(), node, frozenset(profiled), profile_s, start_s),
+        "tune": replay("tune", args, jobs(), node, frozenset(profiled), profile_s, start_s),
+        "tune, profiles known": replay("tune", args, jobs(), node, frozenset(), profile_s, start_s),
+    }
+    base = summary(*rows["proportional"])
+    print(f"  {'':<21} {'makespan':>9} {'avg JCT':>9} {'p99 JCT':>9}   proportional / this")
+    for name, (makespan, jcts) in rows.items():
+        row = summary(makespan, jcts)
+        ratios = "" if name == "proportional" else ", ".join(
+            f"{b / a:.2f}x" for a, b in zip(row, base))
+        print(f"  {name:<21} {row[0]:8.1f}s {row[1]:8.1f}s {row[2]:8.1f}s   {ratios}")
+    return 0
 
 
 def summary(makespan: float, jcts: list[float]) -> tuple[float, float, float]:
@@ -281,11 +385,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wind-down-cap-s", type=float, default=30.0,
                    help="the agent's --wind-down-cap-s (0: a finished job's process tears down under its quota)")
     p.add_argument("--timeout-s", type=float, default=900.0)
+    p.add_argument("--what-if", default="", metavar="DIR",
+                   help="run nothing live: simulate the trace these flags describe with the profiles, node, lease "
+                        "and start-up a kept run measured (DIR: the work dir it printed)")
     return p
 
 
-def main() -> int:
-    args = parser().parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.what_if:
+        return what_if(args)
     tmp = Path(tempfile.mkdtemp(prefix="physical-"))
     gpu_s = args.gpus
     results: dict[str, Run] = {}

@@ -252,8 +252,7 @@ class LeaseKeeper:
             p = reg.profiling
             self.profiling = ProfilingTerms(p.search, int(p.max_cpus), p.task, int(p.gpus), float(p.max_mem_gb),
                                             p.sub_core, p.in_force_only)
-            log.info("profiling lease: %s", "measure in force" if p.in_force_only
-                     else f"{p.search} search, up to {p.max_cpus} CPUs")
+            log.info("profiling lease: %s", self.profiling.describe())
 
     def _complete_profile_in_background(self) -> None:
         """Start the finished measurement's completion (storage read, MinIO fill) on its own

@@ -338,7 +338,7 @@ class SynergyIterator:
                 return it
             p = self.profiler = live_profiler.LiveProfiler(lease.profiling, self.batch_size * self.position.world_size,
                                                            cpu_clock=live_profiler.family_cpu_s)
-            _say(f"profiling lease: {lease.profiling.search} search up to {lease.profiling.max_cpus} CPUs")
+            _say(f"profiling lease: {lease.profiling.describe()}")
         cpus, cores, _ = lease.in_force
         workers = p.on_batch(time.monotonic(), cpus, len(cores))
         lease.want_cpus = p.want

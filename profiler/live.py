@@ -83,6 +83,14 @@ class ProfilingTerms:
     #: No points to ask for (Slurm): measure the CPUs the process runs on (`ProfilingLease.in_force_only`).
     in_force_only: bool = False
 
+    def describe(self) -> str:
+        """The terms in words, for the job's log (a `max_cpus` of 0 is a lease below one CPU)."""
+        if self.in_force_only:
+            return "measure the CPUs in force"
+        if self.max_cpus == 0:
+            return f"{self.search} search below one CPU (the lease holds less than one)"
+        return f"{self.search} search up to {self.max_cpus} CPUs" + (", and below one CPU" if self.sub_core else "")
+
 
 class Phase(str, enum.Enum):
     WAIT = "wait"          # asked for `want` CPUs; waiting for the agent to apply them

@@ -198,3 +198,13 @@ def test_the_cpu_of_the_process_and_its_workers_is_read_from_proc():
         during = family_cpu_s() - before
     child.join()
     assert during >= 0.5, f"read {during:.2f} s of CPU while a child burned 0.6 s"
+
+
+def test_a_lease_below_one_cpu_is_described_as_such_in_the_job_log() -> None:
+    # `max_cpus` 0 is a sub-core lease (job.proto): the log read "search up to 0 CPUs".
+    below = ProfilingTerms("synergy", 0, "image", 1, 1.0, sub_core=True)
+    assert below.describe() == "synergy search below one CPU (the lease holds less than one)"
+    assert ProfilingTerms("synergy", 2, "image", 1, 4.0, sub_core=True).describe() == \
+        "synergy search up to 2 CPUs, and below one CPU"
+    assert ProfilingTerms("coda", 8, "image", 1, 4.0).describe() == "coda search up to 8 CPUs"
+    assert ProfilingTerms("synergy", 0, "", 1, 1.0, in_force_only=True).describe() == "measure the CPUs in force"
