@@ -19,7 +19,7 @@ from synergy.scheduler.profiles.format import SensitivityProfile
 EPS = 1e-6
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resources:
     """A vector along the three dimensions Synergy arbitrates."""
 
@@ -202,7 +202,7 @@ class JobKind(str, enum.Enum):
     CPU_ONLY = "cpu_only"
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """A job as the core sees it: owned and mutated only by the shell (daemon/simulator).
 
@@ -246,7 +246,7 @@ class Job:
         return max(0.0, self.iterations - self.done_iterations)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     """The share of one job on one server."""
 
@@ -260,7 +260,7 @@ class Placement:
         return Resources(self.gpus, self.cpus, self.mem_gb)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Allocation:
     job_id: int
     placements: tuple[Placement, ...]
