@@ -139,19 +139,25 @@ def outcome(info: admin_pb2.JobInfo) -> JobOutcome:
     )
 
 
-def startup_s(log: Path) -> float:
-    """Mean seconds from a task's first launch to its process registering, from the daemon's log."""
-    launched: dict[int, float] = {}
+def mean_gap_s(log: Path, first: str, then: str) -> float:
+    """Mean seconds from a job's `first` event to its next `then` event, from a daemon's log
+    (0 when none)."""
+    began: dict[int, float] = {}
     took: list[float] = []
     for line in log.read_text().splitlines():
         if not line.startswith("{"):
             continue
         e = json.loads(line)
-        if e.get("event") == "node.launch":
-            launched.setdefault(e["job"], e["ts"])
-        elif e.get("event") == "job.process_registered" and e["job"] in launched:
-            took.append(e["ts"] - launched.pop(e["job"]))
+        if e.get("event") == first:
+            began.setdefault(e["job"], e["ts"])
+        elif e.get("event") == then and e["job"] in began:
+            took.append(e["ts"] - began.pop(e["job"]))
     return statistics.mean(took) if took else 0.0
+
+
+def startup_s(log: Path) -> float:
+    """Mean seconds from a task's first launch to its process registering."""
+    return mean_gap_s(log, "node.launch", "job.process_registered")
 
 
 @dataclass(frozen=True)
@@ -288,21 +294,6 @@ def replay(mechanism: str, args: argparse.Namespace, jobs: list[Job], node: Reso
     return makespan, jcts
 
 
-def lease_s(log: Path) -> float:
-    """Mean seconds a job held its profiling lease (placed under it to profiled), from a daemon's log."""
-    began: dict[int, float] = {}
-    took: list[float] = []
-    for line in log.read_text().splitlines():
-        if not line.startswith("{"):
-            continue
-        e = json.loads(line)
-        if e.get("event") == "job.profiling":
-            began.setdefault(e["job"], e["ts"])
-        elif e.get("event") == "job.profiled" and e["job"] in began:
-            took.append(e["ts"] - began.pop(e["job"]))
-    return statistics.mean(took) if took else 0.0
-
-
 def what_if(args: argparse.Namespace) -> int:
     """`--what-if DIR`: the trace the flags describe, simulated with what DIR's TUNE run measured."""
     kept = Path(args.what_if)
@@ -320,7 +311,8 @@ def what_if(args: argparse.Namespace) -> int:
         print(f"physical.py: error: --what-if {kept}: no measured profile of a {' or '.join(sorted(missing))} job",
               file=sys.stderr)
         return 2
-    node, profile_s, start_s = node_resources(measured), lease_s(log), startup_s(log)
+    node, start_s = node_resources(measured), startup_s(log)
+    profile_s = mean_gap_s(log, "job.profiling", "job.profiled")  # placed under its lease to profiled
     # The daemon's profile store: a job whose command another job profiled before it arrived
     # takes that profile at submission; the others profile live (all of a static trace's).
     stored_at: dict[tuple[str, int], float] = {}
@@ -349,7 +341,7 @@ def what_if(args: argparse.Namespace) -> int:
         row = summary(makespan, jcts)
         ratios = "" if name == "proportional" else ", ".join(
             f"{b / a:.2f}x" for a, b in zip(row, base))
-        print(f"  {name:<21} {row[0]:8.1f}s {row[1]:8.1f}s {row[2]:8.1f}s   {ratios}")
+        print(f"  {name:<21} {row[0]:8.1f}s {row[1]:8.1f}s {row[2]:8.1f}s   {ratios}".rstrip())
     return 0
 
 
