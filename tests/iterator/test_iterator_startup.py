@@ -60,7 +60,9 @@ def test_the_first_batch_comes_after_the_agent_applied_the_quota() -> None:
         assert times["heard"] < times["answered"] <= loader.first_fetch
         assert contract.STARTUP_FD not in environ
         assert list(it) == [0, 1, 2]  # the next epoch: nothing more to say
-        # At exit (the atexit hook), before anything else: the process is winding down.
+        # At exit (the atexit hook), before anything else: the process is winding down. The
+        # agent thread keeps its line once `answer` has returned, which the job may outrun.
+        wait_for(lambda: lines, timeout=10, what="the agent thread to keep its line")
         [line] = lines
         assert not line.winding_down()
         it.lease.close()  # type: ignore[union-attr]
