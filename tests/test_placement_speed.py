@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiles_for_tests import ZOO_LIKE
-from synergy.scheduler.model import Allocation, Cluster, Placement, Resources, Server
+from synergy.scheduler.mechanisms import leftover
+from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources, Server
 from synergy.scheduler.placement import migration
 from synergy.scheduler.placement.fit import consolidated
+from synergy.scheduler.placement.gpu_types import on_type
 from synergy.scheduler.placement.scorers import StrandingBestFit, avoid_stranding, best_fit
 from synergy.scheduler.state import INDEX_MIN_SERVERS, ClusterState
 
@@ -315,3 +317,71 @@ def test_relabelled_renames_as_the_plain_rename_and_reuses_last_rounds_equal_all
         for jid, a in fast.items():
             one_piece = len(a.placements) == 1
             assert (a is previous.get(jid)) == (one_piece and previous.get(jid) == plain[jid])
+
+
+def _plain_hand_out(allocations, jobs, cluster, others=(), previous=None):
+    """`hand_out` as it was: the plan held on a ClusterState, then `redistribute` on it."""
+    state = ClusterState(cluster)
+    hosts = {a.packed_with for a in allocations.values() if a.packed_with is not None}
+    eligible, plan = {}, []
+    for jid in sorted(allocations):
+        alloc = allocations[jid]
+        pieces = alloc.placements
+        if alloc.packed_with is not None or not all(p.server_id in state.index for p in pieces):
+            pieces = tuple(Placement(p.server_id, 0 if alloc.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
+                           for p in pieces if p.server_id in state.index)
+            if not pieces:
+                continue
+        plan.append((jid, pieces))
+        job = jobs.get(jid)
+        if (job is not None and len(pieces) == 1 == len(alloc.placements) and pieces[0].gpus > 0
+                and alloc.packed_with is None and jid not in hosts):
+            eligible[jid] = on_type(job, cluster.gpu_type_of(pieces[0].server_id)) if cluster.typed else job
+    for alloc in sorted(others, key=lambda a: a.job_id):
+        pieces = tuple(p for p in alloc.placements if p.server_id in state.index)
+        if pieces and alloc.job_id not in allocations:
+            plan.append((alloc.job_id, pieces))
+    state.hold(plan)
+    out = dict(allocations)
+    for jid in leftover.redistribute(state, eligible):
+        new = out[jid].with_placements(state.held[jid])
+        prev = (previous or {}).get(jid)
+        out[jid] = prev if prev is not None and prev == new else new
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(plans(), st.lists(st.sampled_from(sorted(ZOO_LIKE)), min_size=1, max_size=4),
+       st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([1.0, 8.0])),
+                max_size=3))
+def test_hand_out_tops_up_exactly_as_redistribute_on_a_held_state(drawn, models, cpu_jobs) -> None:
+    """`hand_out` keeps free CPUs and memory in plain lists instead of a ClusterState, and
+    must hand out the very same floats: summed in the same order, released and reserved in
+    the same order, to the same jobs (packed pairs, split jobs, typed servers, CPU-only jobs
+    and a server off the cluster included)."""
+    cluster, previous, plan = drawn
+    jobs = {jid: Job(jid, models[jid % len(models)], sum(p.gpus for p in a.placements), 0.0, 1000,
+                     ZOO_LIKE[models[jid % len(models)]]) for jid, a in plan.items()}
+    ids = [s.id for s in cluster.servers] + ["gone"]
+    others = [Allocation(1000 + k, (Placement(ids[i % len(ids)], 0, c, m),)) for k, (i, c, m) in enumerate(cpu_jobs)]
+    # A plan the core could hand out on: what does not fit a server (a drawn plan may
+    # over-commit it) is left out, CPU-only jobs first in; a packed guest's GPUs are its host's.
+    free = {s.id: [s.capacity.cpus, s.capacity.mem_gb, s.capacity.gpus] for s in cluster.servers}
+    fitting: dict[int, Allocation] = {}
+    for a in others + [plan[j] for j in sorted(plan, key=lambda j: (plan[j].packed_with is not None, j))]:
+        on = [p for p in a.placements if p.server_id in free]
+        if (a.packed_with is not None and a.packed_with not in fitting) or any(
+                p.cpus > free[p.server_id][0] or p.mem_gb > free[p.server_id][1]
+                or (a.packed_with is None and p.gpus > free[p.server_id][2]) for p in on):
+            continue
+        for p in on:
+            free[p.server_id][0] -= p.cpus
+            free[p.server_id][1] -= p.mem_gb
+            free[p.server_id][2] -= 0 if a.packed_with is not None else p.gpus
+        fitting[a.job_id] = a
+    others = [a for a in others if a.job_id in fitting]
+    plan = {jid: a for jid, a in plan.items() if jid in fitting}
+    fast = leftover.hand_out(plan, jobs, cluster, others, previous)
+    plain = _plain_hand_out(plan, jobs, cluster, others, previous)
+    assert fast == plain and list(fast) == list(plain)
+    assert all((fast[j] is previous.get(j)) == (plain[j] is previous.get(j)) for j in fast)

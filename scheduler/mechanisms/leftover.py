@@ -39,32 +39,48 @@ from synergy.scheduler.placement.gpu_types import on_type
 from synergy.scheduler.state import ClusterState
 
 
+def top_up(free_c: float, free_m: float, local: list[tuple[int, Job, Placement]]) -> list[tuple[int, Placement]]:
+    """What one server's single-server jobs `local` (id order, each with the piece it holds
+    there) get from the `free_c` CPUs and `free_m` GB nobody holds there: each job's new piece,
+    in the order they were handed out.
+
+    Largest possible gain first (what the job would gain from all that is free here), each
+    toward its saturating demand. `redistribute` and `hand_out` both apply it, the one rule."""
+    gains = []
+    for k, (jid, job, p) in enumerate(local):
+        now = job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus)
+        best = job.profile.speed((p.cpus + free_c) / p.gpus, (p.mem_gb + free_m) / p.gpus)
+        if best > now * (1 + 1e-6):
+            gains.append((-(best / now if now > 0 else float("inf")), jid, k))
+    out: list[tuple[int, Placement]] = []
+    for _, jid, k in sorted(gains):
+        job, p = local[k][1], local[k][2]
+        c_sat, m_sat = job.profile.best_case()
+        cpus = min(max(p.cpus, c_sat * p.gpus), p.cpus + free_c)
+        mem = min(max(p.mem_gb, m_sat * p.gpus), p.mem_gb + free_m)
+        if job.profile.speed(cpus / p.gpus, mem / p.gpus) <= job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus):
+            continue
+        # The arithmetic of releasing the old piece and reserving the new one on a ClusterState,
+        # in that order, so that both callers agree to the last bit.
+        free_c = free_c + p.cpus - cpus
+        free_m = free_m + p.mem_gb - mem
+        out.append((jid, Placement(p.server_id, p.gpus, cpus, mem)))
+    return out
+
+
 def redistribute(state: ClusterState, jobs: Mapping[int, Job]) -> set[int]:
-    """Top up single-server jobs of `jobs` toward their saturating demand; returns the ids
-    changed. Other holders in `state` (split jobs, jobs not in `jobs`) are left alone: a
-    split job's share must stay proportional on every server."""
+    """Top up single-server jobs of `jobs` toward their saturating demand (`top_up`, server by
+    server); returns the ids changed. Other holders in `state` (split jobs, jobs not in
+    `jobs`) are left alone: a split job's share must stay proportional on every server."""
     changed: set[int] = set()
     for i in range(len(state.ids)):
         if state.free_c[i] <= EPS and state.free_m[i] <= EPS:
             continue
-        local = [jid for jid in sorted(state.on_server[i]) if jid in jobs and len(state.held[jid]) == 1]
-        # Largest possible gain first: what the job would gain from all that is free here.
-        gains = []
-        for jid in local:
-            job, p = jobs[jid], state.held[jid][0]
-            now = job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus)
-            best = job.profile.speed((p.cpus + state.free_c[i]) / p.gpus, (p.mem_gb + state.free_m[i]) / p.gpus)
-            if best > now * (1 + 1e-6):
-                gains.append((-(best / now if now > 0 else float("inf")), jid))
-        for _, jid in sorted(gains):
-            job, p = jobs[jid], state.held[jid][0]
-            c_sat, m_sat = job.profile.best_case()
-            cpus = min(max(p.cpus, c_sat * p.gpus), p.cpus + state.free_c[i])
-            mem = min(max(p.mem_gb, m_sat * p.gpus), p.mem_gb + state.free_m[i])
-            if job.profile.speed(cpus / p.gpus, mem / p.gpus) <= job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus):
-                continue
+        local = [(jid, jobs[jid], state.held[jid][0]) for jid in sorted(state.on_server[i])
+                 if jid in jobs and len(state.held[jid]) == 1]
+        for jid, piece in top_up(state.free_c[i], state.free_m[i], local):
             state.release(jid)
-            state.reserve(jid, (Placement(p.server_id, p.gpus, cpus, mem),))
+            state.reserve(jid, (piece,))
             changed.add(jid)
     return changed
 
@@ -74,7 +90,7 @@ def hand_out(
     others: Iterable[Allocation] = (), previous: Mapping[int, Allocation] | None = None,
 ) -> dict[int, Allocation]:
     """The round's GPU-job `allocations` on `cluster` (its open GPU servers) with what is
-    still free there handed out by `redistribute`.
+    still free there handed out (`top_up`, server by server).
 
     `others` (CPU-only jobs' allocations) only take room; placements off `cluster` are
     ignored. A packed pair takes room but gets nothing more: its GPUs are time-shared, and
@@ -82,39 +98,52 @@ def hand_out(
     cluster each job is sized with its profile on its server's GPU type. A job whose
     allocation ends up equal to its `previous` one gets that very object back (the shells
     compare allocations by identity first).
+
+    The core calls this twice a round, so it keeps only what `top_up` reads: free CPUs and
+    memory per server, subtracted in one order (jobs by id, then `others` by id) as a
+    ClusterState holding the plan would (the same floats; tests/test_placement_speed.py
+    holds it to `redistribute` on such a state), and the eligible jobs per server.
     """
-    state = ClusterState(cluster)
-    index, typed = state.index, cluster.typed
+    servers = cluster.servers
+    index = {s.id: i for i, s in enumerate(servers)}
+    free_c = [float(s.capacity.cpus) for s in servers]
+    free_m = [float(s.capacity.mem_gb) for s in servers]
+    typed = cluster.typed
     hosts = {a.packed_with for a in allocations.values() if a.packed_with is not None}
-    eligible: dict[int, Job] = {}
-    plan: list[tuple[int, tuple[Placement, ...]]] = []
+    local: dict[int, list[tuple[int, Job, Placement]]] = {}
     for jid in sorted(allocations):  # one summation order, whatever order the plan comes in
         alloc = allocations[jid]
         pieces = alloc.placements
         if alloc.packed_with is not None or not all(p.server_id in index for p in pieces):
-            # GPUs counted once (a guest's are its host's); only what lies on `cluster`.
-            pieces = tuple(Placement(p.server_id, 0 if alloc.packed_with is not None else p.gpus, p.cpus, p.mem_gb)
-                           for p in pieces if p.server_id in index)
+            pieces = tuple(p for p in pieces if p.server_id in index)
             if not pieces:
                 continue
-        plan.append((jid, pieces))
+        for p in pieces:
+            i = index[p.server_id]
+            free_c[i] -= p.cpus
+            free_m[i] -= p.mem_gb
         job = jobs.get(jid)
         if (job is not None and len(pieces) == 1 == len(alloc.placements) and pieces[0].gpus > 0
                 and alloc.packed_with is None and jid not in hosts):
-            eligible[jid] = on_type(job, cluster.gpu_type_of(pieces[0].server_id)) if typed else job
+            piece = pieces[0]
+            seen = on_type(job, cluster.gpu_type_of(piece.server_id)) if typed else job
+            local.setdefault(index[piece.server_id], []).append((jid, seen, piece))
     for alloc in sorted(others, key=lambda a: a.job_id):
-        pieces = tuple(p for p in alloc.placements if p.server_id in index)
-        if pieces and alloc.job_id not in allocations:
-            plan.append((alloc.job_id, pieces))
-    state.hold(plan)
-    changed = redistribute(state, eligible)
-    if not changed:
-        return dict(allocations)
+        if alloc.job_id in allocations:
+            continue
+        for p in alloc.placements:
+            i = index.get(p.server_id)
+            if i is not None:
+                free_c[i] -= p.cpus
+                free_m[i] -= p.mem_gb
     out = dict(allocations)
-    for jid in changed:
-        new = out[jid].with_placements(state.held[jid])
-        prev = previous.get(jid) if previous else None
-        out[jid] = prev if prev is not None and prev == new else new
+    for i, here in local.items():  # servers are independent: a job sits on one
+        if free_c[i] <= EPS and free_m[i] <= EPS:
+            continue
+        for jid, piece in top_up(free_c[i], free_m[i], here):
+            new = out[jid].with_placements((piece,))
+            prev = previous.get(jid) if previous else None
+            out[jid] = prev if prev is not None and prev == new else new
     return out
 
 
