@@ -10,6 +10,9 @@ This table's times are CPU time of this process (`time.process_time`), so that o
 shared machine does not count; on a quiet machine they equal wall time. Each cell first runs
 `--warmup` untimed rounds (default 10, at most 2 s of them): the interpreter specialises a
 function after it has run a few times, and a daemon's rounds run the specialised code.
+`--instructions` counts instead of timing (valgrind; `benchmarks/instructions.py`): the
+instructions per round of each cell, which a noisy host does not move; run it with an older
+version's source tree first on PYTHONPATH to compare the two versions' rounds.
 
 `--elastic` times Lyra's elastic round instead (scheduler/elastic/): half the jobs elastic
 (1-8 GPUs, up to 4x their minimum), TUNE placing them; "mckp ms" is the two phases alone
@@ -34,9 +37,11 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
 from dataclasses import replace
 
+import instructions  # benchmarks/instructions.py, beside this script
 from synergy.scheduler.elastic.two_phase import decide_sizes
 from synergy.scheduler.model import Cluster, Job, JobKind, RoundInput
 from synergy.scheduler.placement.migration import count_migrations
@@ -109,7 +114,19 @@ def main() -> None:
     ap.add_argument("--migration-only", action="store_true",
                     help="only the migration-matching (and packing) scale points")
     ap.add_argument("--elastic", action="store_true", help="time Lyra's elastic round (half the jobs elastic)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count CPU instructions per round of the mechanism table under valgrind instead of "
+                         "timing (deterministic; --repeat rounds counted after 5 warm-up rounds)")
+    ap.add_argument("--rounds", type=int, default=None, help=argparse.SUPPRESS)  # the counted child
     args = ap.parse_args()
+    if args.rounds is not None:
+        decide_rounds(args)
+        return
+    if args.instructions:
+        if not instructions.available():
+            ap.error("--instructions needs valgrind (apt install valgrind)")
+        instruction_table(args)
+        return
     if args.elastic:
         elastic_rows([int(g) for g in args.gpus.split(",")], args.repeat)
         return
@@ -175,6 +192,35 @@ WARMUP_MAX_S = 2.0
 
 #: (mechanism, GPUs) -> target median ms of one round with 2x the GPUs in queued jobs.
 TARGETS_MS = {("tune", 512): 5.0, ("tune", 4096): 50.0, ("opt", 128): 1000.0}
+
+
+#: Rounds decided before counting starts, in both counted runs (`--instructions`).
+COUNT_WARMUP = 5
+
+
+def decide_rounds(args: argparse.Namespace) -> None:
+    """The counted child of `--instructions`: warm-up rounds, then `--rounds` more, each with
+    a fresh scheduler as the timed table does."""
+    gpus, mech = int(args.gpus), args.mechanisms
+    cluster = Cluster.homogeneous(gpus // 8, gpus=8, cpus=24, mem_gb=500)
+    jobs = make_jobs(2 * gpus, args.multi_gpu, random.Random(gpus))
+    for r in range(COUNT_WARMUP + args.rounds):
+        build_scheduler("fifo", mech).schedule(RoundInput(float(r), cluster, jobs))
+
+
+def instruction_table(args: argparse.Namespace) -> None:
+    """The mechanism table's rounds in instructions (benchmarks/instructions.py): what judges a
+    change to the core on a host whose speed moves, and compares with an earlier version's
+    count (run this script with that version's source tree first on PYTHONPATH)."""
+    print(f"{'GPUs':>6} {'jobs':>6} {'mechanism':>13} {'M instructions per round':>25}")
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        for mech in args.mechanisms.split(","):
+            if mech == "opt" and gpus > OPT_MAX_GPUS:
+                continue
+            per_round = instructions.per_unit(
+                lambda n: [sys.executable, __file__, "--gpus", str(gpus), "--mechanisms", mech, "--rounds", str(n)]
+                + (["--multi-gpu"] if args.multi_gpu else []), max(1, args.repeat))
+            print(f"{gpus:>6} {2 * gpus:>6} {mech:>13} {per_round / 1e6:>25.1f}")
 
 
 def mechanism_table(args: argparse.Namespace) -> None:

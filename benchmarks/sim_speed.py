@@ -31,17 +31,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pickle
 import pstats
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
 
+import instructions  # benchmarks/instructions.py, beside this script
 from synergy.scheduler.core import Scheduler
 from synergy.scheduler.model import RoundInput, RoundOutput
 from synergy.scheduler.simulator.engine import EngineConfig, Simulation
@@ -89,7 +86,7 @@ def main() -> None:
         return
     if args.instructions and not args.replay:
         ap.error("--instructions counts a --replay A:B stretch: give both")
-    if args.instructions and shutil.which("valgrind") is None:
+    if args.instructions and not instructions.available():
         ap.error("--instructions needs valgrind (apt install valgrind)")
     if args.replay:
         replay(args)
@@ -203,20 +200,9 @@ def count_instructions(args: argparse.Namespace, inputs: list[RoundInput]) -> No
         path = f"{tmp}/inputs.pickle"
         with open(path, "wb") as f:
             pickle.dump(inputs, f)
-
-        def refs(calls: int) -> int:
-            cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-                   sys.executable, __file__, "--inputs-file", path, "--calls", str(calls),
-                   "--mechanism", args.mechanism, "--seed", str(args.seed)]
-            # One hash seed for every counted run: set iteration orders, and so the work, follow it.
-            env = {**os.environ, "PYTHONHASHSEED": "0"}
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-            found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-            if done.returncode != 0 or found is None:
-                sys.exit(f"sim_speed.py: error: the counted run failed (exit {done.returncode}): {done.stderr[-2000:]}")
-            return int(found.group(1).replace(",", ""))
-
-        per_call = (refs(counted) - refs(0)) / counted
+        per_call = instructions.per_unit(
+            lambda calls: [sys.executable, __file__, "--inputs-file", path, "--calls", str(calls),
+                           "--mechanism", args.mechanism, "--seed", str(args.seed)], counted)
     print(f"Fig. 9 point, {args.mechanism}, seed {args.seed}: core calls {args.replay} ({counted} counted after "
           f"{WARM_CALLS} warm-up calls): {per_call / 1e6:.2f} M instructions per call (cachegrind)")
 
