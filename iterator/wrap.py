@@ -13,8 +13,8 @@ newest `keep_checkpoints` complete ones. Standalone (no contract): batches pass 
 Profiling lease (docs/iterator.md): when the daemon launched this attempt to profile the job,
 a `synergy.profiler.live.LiveProfiler` picks CPU counts; the lease thread asks for each, the
 agent RESIZEs the cpuset, and once the reply shows it in force the wrap restarts the loader
-iterator at the current position with `workers_for(cpus)` workers and measures a window of
-real iterations. After the last point the lease thread completes and reports the profile; the
+iterator at the current position with `workers_for(cpus)` workers (never fewer than the
+script's own) and measures a window of real iterations. After the last point the lease thread completes and reports the profile; the
 daemon then stops the job through the ordinary lease path (STOP, checkpoint, exit 75).
 
 Epochs across a relaunch: the script's own epoch loop starts again from its first epoch, so
@@ -337,7 +337,8 @@ class SynergyIterator:
                     _say(f"measuring the profile at the {self._bound_cpus:g} CPUs this process runs on")
                 return it
             p = self.profiler = live_profiler.LiveProfiler(lease.profiling, self.batch_size * self.position.world_size,
-                                                           cpu_clock=live_profiler.family_cpu_s)
+                                                           cpu_clock=live_profiler.family_cpu_s,
+                                                           script_workers=self._script_workers or 0)
             _say(f"profiling lease: {lease.profiling.describe()}")
         cpus, cores, _ = lease.in_force
         workers = p.on_batch(time.monotonic(), cpus, len(cores))

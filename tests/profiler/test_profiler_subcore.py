@@ -86,6 +86,29 @@ def test_the_live_driver_waits_for_a_quarter_core_in_force():
     assert [c for c, _ in p.result()][:2] == [0.25, 0.5]
 
 
+def test_no_point_is_measured_with_fewer_loader_workers_than_the_script_runs_with():
+    """A job whose two workers load while its device step runs, measured with none, read the
+    pace of the two in turn (20.0 and 33.3 samples/s at a quarter and half a core, batches of
+    10 and a 100 ms step) and then ran 46 at half a core with its own workers. Each point now
+    keeps the script's workers; above them, one core trains and the rest decode, as before."""
+    terms = ProfilingTerms("synergy", 4, "image", 1, 4.0, sub_core=True)
+    asked = {}
+    for script_workers in (0, 2):
+        p = LiveProfiler(terms, samples_per_batch=10, warmup=1, measure=2, script_workers=script_workers)
+        t = 0.0
+        while not p.done:
+            want = p.want
+            cores = max(1, int(-(-want // 1)))
+            asked[(script_workers, want)] = p.on_batch(t, want, cores)
+            while p.phase == Phase.MEASURE and p.want == want:
+                t += 10.0 / heavy(want)
+                p.on_batch(t, want, cores)
+    assert asked[(0, 4)] == 3 and asked[(2, 4)] == 3  # more CPUs than the script's workers use
+    below = [w for (sw, c), w in asked.items() if sw == 2 and c < 3]
+    assert below and set(below) == {2}, asked
+    assert {w for (sw, c), w in asked.items() if sw == 0 and c <= 1} == {0}, asked
+
+
 def test_a_lease_below_one_cpu_measures_half_a_core_then_a_quarter():
     """Issue 14: four arrivals on four GPUs and two cores each get half a core (max_cpus 0):
     the search starts at what the lease holds and goes down while the job stays as fast."""
