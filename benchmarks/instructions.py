@@ -1,8 +1,9 @@
 """Instructions a command executes, counted under valgrind's cachegrind.
 
 This host's speed moves by 1.5-2x within the hour for the same code, so wall and CPU times
-cannot judge a 10% change to the core; an instruction count moves by well under 1% between
-runs. It counts work, not cache misses or the host's clock, so it compares two versions of
+cannot judge a 10% change to the core. An instruction count is steadier: about 0.3% between
+runs over 100 recorded core calls, 2-4% over a few rounds (objects hashed by address, garbage
+collections), so count enough units. It counts work, not cache misses or the host's clock, so it compares two versions of
 the code (or one version with an earlier one's figures measured the same way), not a target.
 
 `per_unit` runs the command twice, doing 0 and `units` units of work after the same warm-up

@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--elastic", action="store_true", help="time Lyra's elastic round (half the jobs elastic)")
     ap.add_argument("--instructions", action="store_true",
                     help="count CPU instructions per round of the mechanism table under valgrind instead of "
-                         "timing (deterministic; --repeat rounds counted after 5 warm-up rounds)")
+                         "timing (steadier than time on a noisy host; --repeat rounds counted after 5 warm-up rounds)")
     ap.add_argument("--rounds", type=int, default=None, help=argparse.SUPPRESS)  # the counted child
     args = ap.parse_args()
     if args.rounds is not None:

@@ -14,8 +14,9 @@ Profiling lease (docs/iterator.md): when the daemon launched this attempt to pro
 a `synergy.profiler.live.LiveProfiler` picks CPU counts; the lease thread asks for each, the
 agent RESIZEs the cpuset, and once the reply shows it in force the wrap restarts the loader
 iterator at the current position with `workers_for(cpus)` workers (never fewer than the
-script's own) and measures a window of real iterations. After the last point the lease thread completes and reports the profile; the
-daemon then stops the job through the ordinary lease path (STOP, checkpoint, exit 75).
+script's own) and measures a window of real iterations. After the last point the lease
+thread completes and reports the profile; the daemon then stops the job through the
+ordinary lease path (STOP, checkpoint, exit 75).
 
 Epochs across a relaunch: the script's own epoch loop starts again from its first epoch, so
 the first `epoch` iterations of the wrap after a resume (epochs the job already finished)
