@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--replay", default="", metavar="A:B",
                     help="time only the core over the recorded inputs of its calls A to B (e.g. 2000:2600)")
     ap.add_argument("--instructions", action="store_true",
-                    help="with --replay: count CPU instructions per core call under valgrind (deterministic)")
+                    help="with --replay: count CPU instructions per core call under valgrind (steadier than time on a noisy host)")
     ap.add_argument("--inputs-file", default="", help=argparse.SUPPRESS)  # the counted child's inputs
     ap.add_argument("--calls", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()

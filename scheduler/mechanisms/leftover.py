@@ -114,7 +114,7 @@ def hand_out(
     for jid in sorted(allocations):  # one summation order, whatever order the plan comes in
         alloc = allocations[jid]
         pieces = alloc.placements
-        if alloc.packed_with is not None or not all(p.server_id in index for p in pieces):
+        if not all(p.server_id in index for p in pieces):  # only what lies on `cluster` takes room
             pieces = tuple(p for p in pieces if p.server_id in index)
             if not pieces:
                 continue
