@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 
 from profiles_for_tests import ZOO_LIKE
 from synergy.scheduler.mechanisms import leftover
+from synergy.scheduler.mechanisms.base import pack_order
 from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources, Server
 from synergy.scheduler.placement import migration
 from synergy.scheduler.placement.fit import consolidated
 from synergy.scheduler.placement.gpu_types import on_type
 from synergy.scheduler.placement.scorers import StrandingBestFit, avoid_stranding, best_fit
+from synergy.scheduler.profiles.format import SensitivityProfile
 from synergy.scheduler.state import INDEX_MIN_SERVERS, ClusterState
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -385,3 +387,69 @@ def test_hand_out_tops_up_exactly_as_redistribute_on_a_held_state(drawn, models,
     plain = _plain_hand_out(plan, jobs, cluster, others, previous)
     assert fast == plain and list(fast) == list(plain)
     assert all((fast[j] is previous.get(j)) == (plain[j] is previous.get(j)) for j in fast)
+
+
+# -- top_up: jobs at their saturating demand passed over, against the rule read in full ---------
+#: A profile whose speed falls with more CPU past 4 per GPU (not one a real job has, but one
+#: the rule must not assume away): with less than nothing free, the full rule would give such
+#: a job fewer CPUs and call it a gain.
+_DIPPING = SensitivityProfile("dipping", "image", (1.0, 4.0, 8.0), (20.0, 500.0),
+                              ((0.3, 0.3), (1.0, 1.0), (0.6, 0.6)), (4.0, 20.0), 0.1)
+
+
+def _plain_top_up(free_c, free_m, local):
+    """`leftover.top_up` as it was: every job's speeds read, then the same hand-out."""
+    gains = []
+    for k, (jid, job, p) in enumerate(local):
+        now = job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus)
+        best = job.profile.speed((p.cpus + free_c) / p.gpus, (p.mem_gb + free_m) / p.gpus)
+        if best > now * (1 + 1e-6):
+            gains.append((-(best / now if now > 0 else float("inf")), jid, k))
+    out = []
+    for _, jid, k in sorted(gains):
+        job, p = local[k][1], local[k][2]
+        c_sat, m_sat = job.profile.best_case()
+        cpus = min(max(p.cpus, c_sat * p.gpus), p.cpus + free_c)
+        mem = min(max(p.mem_gb, m_sat * p.gpus), p.mem_gb + free_m)
+        if job.profile.speed(cpus / p.gpus, mem / p.gpus) <= job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus):
+            continue
+        free_c = free_c + p.cpus - cpus
+        free_m = free_m + p.mem_gb - mem
+        out.append((jid, Placement(p.server_id, p.gpus, cpus, mem)))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from([-0.5, -0.01, 0.0, 0.5, 3.0, 24.0]), st.sampled_from([-1.0, 0.0, 10.0, 250.0]),
+       st.lists(st.tuples(st.sampled_from([*sorted(ZOO_LIKE), "dipping"]), st.sampled_from([1, 2, 4]),
+                          st.sampled_from(["below", "at", "above"]), st.sampled_from(["below", "at", "above"])),
+                max_size=6))
+def test_top_up_passes_over_saturated_jobs_exactly(free_c: float, free_m: float, drawn) -> None:
+    """A job holding at least its saturating demand on both axes is passed over before its
+    speeds are read, when nothing free is negative: the very pieces of the full rule, in the
+    same order (it fails if the pass-over skips a job short on one axis, or runs on a
+    negative free amount, where the full rule may still trim a job)."""
+    local = []
+    for jid, (name, gpus, at_c, at_m) in enumerate(drawn):
+        profile = _DIPPING if name == "dipping" else ZOO_LIKE[name]
+        c_sat, m_sat = profile.best_case()
+        where = {"below": 0.5, "at": 1.0, "above": 1.25}
+        piece = Placement("s0", gpus, c_sat * gpus * where[at_c], m_sat * gpus * where[at_m])
+        local.append((jid, Job(jid, name, gpus, 0.0, 1000, profile), piece))
+    assert leftover.top_up(free_c, free_m, local) == _plain_top_up(free_c, free_m, local)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([0.5, 1.0, 3.0]), st.sampled_from([10.0, 62.5]),
+                          st.booleans()), max_size=12), st.randoms(use_true_random=False))
+def test_pack_order_sorts_as_the_key_function_did(drawn, rnd) -> None:
+    """`pack_order` sorts decorated tuples with each job's position: the order of a stable
+    sort by (stand-in last, GPUs, CPUs, memory), ties in the order the jobs came (the ids
+    are shuffled, so an order by id would differ)."""
+    ids = list(range(len(drawn)))
+    rnd.shuffle(ids)
+    jobs = [Job(jid, "m", g, 0.0, 100, ZOO_LIKE["both"]) for jid, (g, _, _, _) in zip(ids, drawn)]
+    demand = {j.id: (c, m) for j, (_, c, m, _) in zip(jobs, drawn)}
+    last = frozenset(j.id for j, (_, _, _, stand_in) in zip(jobs, drawn) if stand_in)
+    plain = sorted(jobs, key=lambda j: (j.id in last, -j.gpus, -demand[j.id][0] * j.gpus, -demand[j.id][1] * j.gpus))
+    assert [j.id for j in pack_order(jobs, demand, last)] == [j.id for j in plain]

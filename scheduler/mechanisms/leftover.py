@@ -46,8 +46,16 @@ def top_up(free_c: float, free_m: float, local: list[tuple[int, Job, Placement]]
 
     Largest possible gain first (what the job would gain from all that is free here), each
     toward its saturating demand. `redistribute` and `hand_out` both apply it, the one rule."""
+    # A job already at its saturating demand on both axes is given nothing below (its new
+    # piece equals its old one, as long as what is free never falls below zero, which the
+    # top-ups keep from a start at zero or more): it is passed over before its speeds are read.
+    settled = free_c >= 0.0 and free_m >= 0.0
     gains = []
     for k, (jid, job, p) in enumerate(local):
+        if settled:
+            c_sat, m_sat = job.profile.saturating
+            if p.cpus >= c_sat * p.gpus and p.mem_gb >= m_sat * p.gpus:
+                continue
         now = job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus)
         best = job.profile.speed((p.cpus + free_c) / p.gpus, (p.mem_gb + free_m) / p.gpus)
         if best > now * (1 + 1e-6):
@@ -55,7 +63,7 @@ def top_up(free_c: float, free_m: float, local: list[tuple[int, Job, Placement]]
     out: list[tuple[int, Placement]] = []
     for _, jid, k in sorted(gains):
         job, p = local[k][1], local[k][2]
-        c_sat, m_sat = job.profile.best_case()
+        c_sat, m_sat = job.profile.saturating
         cpus = min(max(p.cpus, c_sat * p.gpus), p.cpus + free_c)
         mem = min(max(p.mem_gb, m_sat * p.gpus), p.mem_gb + free_m)
         if job.profile.speed(cpus / p.gpus, mem / p.gpus) <= job.profile.speed(p.cpus / p.gpus, p.mem_gb / p.gpus):
@@ -114,7 +122,8 @@ def hand_out(
     for jid in sorted(allocations):  # one summation order, whatever order the plan comes in
         alloc = allocations[jid]
         pieces = alloc.placements
-        if not all(p.server_id in index for p in pieces):  # only what lies on `cluster` takes room
+        # Only what lies on `cluster` takes room (one piece, the common case, looked at alone).
+        if not (pieces[0].server_id in index if len(pieces) == 1 else all(p.server_id in index for p in pieces)):
             pieces = tuple(p for p in pieces if p.server_id in index)
             if not pieces:
                 continue

@@ -75,12 +75,13 @@ def stay_on_surplus(
     on_server: dict[str, list[int]] = {sid: [] for sid in caps}
     for jid in sorted(plan):
         alloc = plan[jid]
-        for sid, res in alloc.held:
-            if sid in load:
-                acc = load[sid]
-                acc[0] += res.gpus
-                acc[1] += res.cpus
-                acc[2] += res.mem_gb
+        packed = alloc.packed_with is not None
+        for p in alloc.placements:  # what `alloc.held` adds, read off the pieces
+            acc = load.get(p.server_id)
+            if acc is not None:
+                acc[0] += 0.0 if packed else p.gpus
+                acc[1] += p.cpus
+                acc[2] += p.mem_gb
         if len(alloc.placements) == 1 and alloc.packed_with is None and jid not in hosts and jid in trimmable:
             sid = alloc.placements[0].server_id
             if sid in on_server:

@@ -153,6 +153,12 @@ class SensitivityProfile:
         """The highest throughput anywhere on the grid (cached: asked for every decision)."""
         return max(max(row) for row in self.throughput)
 
+    @cached_property
+    def saturating(self) -> tuple[float, float]:
+        """`best_case()` with no floor (cached: leftover hand-outs ask it of every job twice
+        a round)."""
+        return self.best_case()
+
     def best_case(self, floor: float = 0.0) -> tuple[float, float]:
         """Smallest grid cell (fewest CPUs, then least memory) within 1% of saturation.
 
