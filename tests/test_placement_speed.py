@@ -271,6 +271,7 @@ def test_stay_put_agrees_with_the_plain_version_over_fig9_rounds() -> None:
         out = migration.relabelled(allocations, previous, cluster)
         fast = migration.stay_put(out, previous, cluster)
         assert fast == _plain_stay_put(out, previous, cluster)
+        _assert_same_objects(migration.relabel_to_previous(allocations, previous, cluster), fast, previous)
         pins.append(migration.count_migrations(previous, out) - migration.count_migrations(previous, fast))
         return fast
 
@@ -279,6 +280,26 @@ def test_stay_put_agrees_with_the_plain_version_over_fig9_rounds() -> None:
     Simulation(sched, prep.cluster, prep.workload.to_jobs(prep.profile_set.profiles),
                EngineConfig(spec.round_s, spec.max_time_h * 3600, prep.measured)).run()
     assert sum(pins) > 100  # the room did real work: moves undone
+
+
+def _assert_same_objects(fast: dict[int, Allocation], plain: dict[int, Allocation],
+                         previous: dict[int, Allocation]) -> None:
+    """The same plan, in the same order, with last round's very allocation in the same places."""
+    assert fast == plain and list(fast) == list(plain)
+    assert [fast[j] is previous.get(j) for j in fast] == [plain[j] is previous.get(j) for j in plain]
+
+
+@settings(max_examples=300, deadline=None)
+@given(plans())
+def test_stay_put_reads_the_plan_renamed_as_it_lays_out_the_relabelled_one(drawn) -> None:
+    """`stay_put` given the relabelling's mapping renames as it reads (no renamed allocation
+    built for a job it puts back): the plan `stay_put(relabelled(...))` gives, with last
+    round's allocations reused where that one reuses them."""
+    cluster, previous, plan = drawn
+    mapping = migration.relabelling(plan, previous, cluster)
+    two_steps = migration.stay_put(migration.relabelled(plan, previous, cluster), previous, cluster)
+    _assert_same_objects(migration.stay_put(plan, previous, cluster, mapping), two_steps, previous)
+    _assert_same_objects(migration.relabel_to_previous(plan, previous, cluster), two_steps, previous)
 
 
 @SETTINGS

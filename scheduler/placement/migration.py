@@ -109,8 +109,12 @@ def relabel_to_previous(
 ) -> dict[int, Allocation]:
     """The mechanism's `allocations` on `cluster`, with servers renamed to migrate the fewest
     jobs placed in `previous` too, then each job still moved put back where it ran when its
-    GPUs there are free (`stay_put`): the default `Scheduler.relabel`."""
-    return stay_put(relabelled(allocations, previous, cluster), previous, cluster)
+    GPUs there are free (`stay_put`): the default `Scheduler.relabel`.
+
+    `stay_put` reads the plan renamed rather than being handed `relabelled`'s: most jobs the
+    renaming moves, it puts back on last round's very allocation, so building their renamed
+    ones first (about 80 a Fig. 9 round) was work thrown away."""
+    return stay_put(allocations, previous, cluster, relabelling(allocations, previous, cluster))
 
 
 def relabelled(
@@ -124,11 +128,14 @@ def relabelled(
 
 
 def stay_put(
-    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster
+    allocations: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster,
+    mapping: Mapping[str, str] | None = None,
 ) -> dict[int, Allocation]:
     """`allocations` with every job that would migrate put back on the servers and GPU counts
     it had in `previous`, keeping this round's CPUs and memory per piece, wherever that can be
-    made to fit on `cluster` (in job id order: the oldest first).
+    made to fit on `cluster` (in job id order: the oldest first). With `mapping` (new label
+    of a server, `relabelling`'s) it lays out `relabelled(allocations, ...)`, the same answer,
+    without building a renamed allocation for a job it then puts back.
 
     Where the job's old room went to jobs that did not run there (new this round, or moving
     anyway), those are placed elsewhere in the plan, each whole on one server of its GPU type
@@ -141,13 +148,13 @@ def stay_put(
     packed pairs (they move with their host's relabelling), and jobs whose old room the plan
     needs for others.
     """
-    room = _Room(allocations, previous, cluster)
+    room = _Room(allocations, previous, cluster, mapping or {})
     if not room.moving:
-        return dict(allocations)
+        return room.plan()
     for jid in room.moving:
         if jid not in room.free:  # not movable, or put back already by an earlier pin
             continue
-        back = _home_pieces(allocations[jid], previous[jid], cluster, room.caps, room.typed)
+        back = _home_pieces(room.pieces[jid], previous[jid], cluster, room.caps, room.typed)
         if back is not None:
             room.try_pin(jid, back)
     return room.plan()
@@ -169,11 +176,13 @@ class _Room:
     into an `Allocation` once at the end; the jobs that may still move are a set kept up to
     date instead of being recomputed per look. A job's GPUs, CPUs and memory per piece never
     change in the room, only servers (tests/test_placement_speed.py checks the room against
-    the plain version it replaced).
+    the plain version it replaced). The plan is read through `mapping` (servers renamed by
+    relabelling): pieces are renamed as they are read, allocations only at the end.
     """
 
-    def __init__(self, plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster) -> None:
-        self.start, self.previous, self.cluster = plan, previous, cluster
+    def __init__(self, plan: Mapping[int, Allocation], previous: Mapping[int, Allocation], cluster: Cluster,
+                 mapping: Mapping[str, str]) -> None:
+        self.start, self.previous, self.cluster, self.mapping = plan, previous, cluster, mapping
         self.caps = {s.id: s.capacity for s in cluster.servers}
         #: What `Resources.fits_in` compares a load with: capacity + EPS per dimension.
         self.limit = {sid: (c.gpus + EPS, c.cpus + EPS, c.mem_gb + EPS) for sid, c in self.caps.items()}
@@ -189,28 +198,44 @@ class _Room:
         self.movable: dict[str, set[int]] = defaultdict(set)
         #: Single-piece job -> its piece's (GPUs, CPUs, GB), which never change in the room.
         self.shape: dict[int, tuple[int, float, float]] = {}
+        #: Jobs of `free` -> their pieces as the renamed plan has them.
+        self.pieces: dict[int, tuple[_Piece, ...]] = {}
         #: The jobs of both `plan` and `previous` that `plan` migrates, in id order.
         self.moving: list[int] = []
+        #: Multi-piece jobs' renamed allocations, built as they are read (one-piece jobs are
+        #: renamed piece by piece, and as allocations only in `plan`).
+        self._split: dict[int, Allocation] = {}
         for jid, a in plan.items():
             prev = previous.get(jid)
-            moves = prev is not None and bool(a.placements) and migrated(prev.placements, a.placements)
+            pieces = a.placements
+            if mapping and len(pieces) == 1:
+                p = pieces[0]
+                sid = mapping.get(p.server_id, p.server_id)
+                moves = prev is not None and (_moves_to(prev.placements, sid, p.gpus))
+                renamed: tuple[_Piece, ...] = ((sid, p.gpus, p.cpus, p.mem_gb),)
+            else:
+                if mapping and pieces:
+                    a = self._split[jid] = _renamed(a, mapping)
+                    pieces = a.placements
+                moves = prev is not None and bool(pieces) and migrated(prev.placements, pieces)
+                renamed = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in pieces)
             if moves:
                 self.moving.append(jid)
             packed = a.packed_with is not None
-            placed = bool(a.placements)  # and only on the cluster's servers
-            for p in a.placements:
-                sid = p.server_id
+            placed = bool(renamed)  # and only on the cluster's servers
+            for sid, pg, pc, pm in renamed:
                 if sid in load:
                     g, c, m = load[sid]
-                    load[sid] = (g + (0.0 if packed else p.gpus), c + p.cpus, m + p.mem_gb)
+                    load[sid] = (g + (0.0 if packed else pg), c + pc, m + pm)
                 else:
                     placed = False
             if placed and not packed and jid not in hosts and (moves or prev is None):
                 self.free.add(jid)
-                if len(a.placements) == 1:
-                    p = a.placements[0]
-                    self.movable[p.server_id].add(jid)
-                    self.shape[jid] = (p.gpus, p.cpus, p.mem_gb)
+                self.pieces[jid] = renamed
+                if len(renamed) == 1:
+                    sid, pg, pc, pm = renamed[0]
+                    self.movable[sid].add(jid)
+                    self.shape[jid] = (pg, pc, pm)
         self.moving.sort()
         self.load = load
         self.cap_g = {sid: cap.gpus for sid, cap in self.caps.items()}
@@ -221,26 +246,30 @@ class _Room:
         self.at: dict[int, tuple[_Piece, ...]] = {}
 
     def plan(self) -> dict[int, Allocation]:
-        """The plan laid out: the starting one with each job the room moved on its pieces
-        (last round's very allocation where it is back on exactly that)."""
-        out = dict(self.start)
-        for jid, pieces in self.at.items():
+        """The plan laid out: the renamed one (`relabelled`'s, last round's very allocation
+        where the renamed one equals it) with each job the room moved on its pieces (last
+        round's very allocation where it is back on exactly that)."""
+        start, at, mapping, previous, split = self.start, self.at, self.mapping, self.previous, self._split
+        if not mapping:
+            out = dict(start)
+        else:  # renamed here, and only what the room did not move
+            out = {jid: a if jid in at else split.get(jid) or _renamed(a, mapping, previous.get(jid))
+                   for jid, a in start.items()}
+        for jid, pieces in at.items():
             prev = self.previous.get(jid)
             if prev is not None and len(pieces) == 1 == len(prev.placements) and prev.packed_with is None:
                 p = prev.placements[0]
                 if (p.server_id, p.gpus, p.cpus, p.mem_gb) == pieces[0]:
                     out[jid] = prev
                     continue
-            out[jid] = out[jid].with_placements(tuple(Placement(*t) for t in pieces))
+            out[jid] = self.start[jid].with_placements(tuple(Placement(*t) for t in pieces))
         return out
 
     def try_pin(self, jid: int, back: tuple[_Piece, ...]) -> bool:
         """Put `jid` on `back`, relocating single-piece jobs that are new or moving anyway off
         its servers as needed; all or nothing."""
         free, base, limit, at, movable, shape = self.free, self.load, self.limit, self.at, self.movable, self.shape
-        now = at.get(jid)
-        if now is None:
-            now = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in self.start[jid].placements)
+        now = at.get(jid) or self.pieces[jid]
         changed: dict[int, tuple[_Piece, ...]] = {jid: back}
         #: Single-piece jobs changed -> the server they leave.
         left = {jid: now[0][0]} if len(now) == 1 else {}
@@ -315,7 +344,7 @@ class _Room:
                 own = old[0] if len(old) == 1 else None
         typed, cluster, base, limit, cap_g, order = (self.typed, self.cluster, self.load, self.limit, self.cap_g,
                                                      self.order)
-        gpu_type = cluster.gpu_type_of(self.start[jid].placements[0].server_id) if typed else ""
+        gpu_type = cluster.gpu_type_of(self.pieces[jid][0][0]) if typed else ""
         best, best_key = None, None
         for s in self.gpu_free | load.keys():
             if s in avoid or (typed and cluster.gpu_type_of(s) != gpu_type):
@@ -513,34 +542,36 @@ def _back_home(alloc: Allocation, prev: Allocation, cluster: Cluster) -> Allocat
     count, in `prev`'s order (never by server name: renaming servers must change nothing),
     or None when the shapes differ or a server of `prev` is not in `cluster` or of another
     GPU type than the one `alloc` was sized for."""
-    pieces = _home_pieces(alloc, prev, cluster, {s.id for s in cluster.servers})
+    now = tuple((p.server_id, p.gpus, p.cpus, p.mem_gb) for p in alloc.placements)
+    pieces = _home_pieces(now, prev, cluster, {s.id for s in cluster.servers})
     return None if pieces is None else alloc.with_placements(tuple(Placement(*t) for t in pieces))
 
 
-def _home_pieces(alloc: Allocation, prev: Allocation, cluster: Cluster, ids: Container[str],
+def _home_pieces(now: tuple[_Piece, ...], prev: Allocation, cluster: Cluster, ids: Container[str],
                  typed: bool = True) -> tuple[_Piece, ...] | None:
-    """`_back_home`'s pieces as (server, GPUs, CPUs, GB); `ids`: the ids of `cluster`'s
-    servers; `typed` False when none of them has a GPU type (no type can then differ)."""
-    if len(prev.placements) == 1 and len(alloc.placements) == 1:  # most jobs: one piece each
-        was, piece = prev.placements[0], alloc.placements[0]
+    """`_back_home`'s pieces as (server, GPUs, CPUs, GB), for a job on pieces `now`; `ids`:
+    the ids of `cluster`'s servers; `typed` False when none of them has a GPU type (no type
+    can then differ)."""
+    if len(prev.placements) == 1 and len(now) == 1:  # most jobs: one piece each
+        was = prev.placements[0]
         sid = was.server_id
-        if was.gpus != piece.gpus or sid not in ids or (
-                typed and cluster.gpu_type_of(sid) != cluster.gpu_type_of(piece.server_id)):
+        on, gpus, cpus, mem = now[0]
+        if was.gpus != gpus or sid not in ids or (typed and cluster.gpu_type_of(sid) != cluster.gpu_type_of(on)):
             return None
-        return ((sid, was.gpus, piece.cpus, piece.mem_gb),)
+        return ((sid, was.gpus, cpus, mem),)
     old = list(gpu_map(prev.placements).items())  # first-appearance order
-    if sorted(g for _, g in old) != sorted(p.gpus for p in alloc.placements):
+    if sorted(g for _, g in old) != sorted(t[1] for t in now):
         return None
     if any(sid not in ids for sid, _ in old):
         return None
-    if {cluster.gpu_type_of(s) for s, _ in old} != {cluster.gpu_type_of(p.server_id) for p in alloc.placements}:
+    if {cluster.gpu_type_of(s) for s, _ in old} != {cluster.gpu_type_of(t[0]) for t in now}:
         return None
-    left = list(alloc.placements)
+    left = list(now)
     pieces = []
     for sid, g in old:
-        piece = next(p for p in left if p.gpus == g)
+        piece = next(t for t in left if t[1] == g)
         left.remove(piece)
-        pieces.append((sid, g, piece.cpus, piece.mem_gb))
+        pieces.append((sid, g, piece[2], piece[3]))
     return tuple(pieces)
 
 
