@@ -19,7 +19,11 @@ from synergy.scheduler.profiles.format import SensitivityProfile
 EPS = 1e-6
 
 
-@dataclass(frozen=True, slots=True)
+#: A value object (`VALUE_TYPES`): compared and hashed by value, never assigned after it is built.
+_value = dataclass(slots=True, unsafe_hash=True)
+
+
+@_value
 class Resources:
     """A vector along the three dimensions Synergy arbitrates."""
 
@@ -246,7 +250,7 @@ class Job:
         return max(0.0, self.iterations - self.done_iterations)
 
 
-@dataclass(frozen=True, slots=True)
+@_value
 class Placement:
     """The share of one job on one server."""
 
@@ -260,7 +264,7 @@ class Placement:
         return Resources(self.gpus, self.cpus, self.mem_gb)
 
 
-@dataclass(frozen=True, slots=True)
+@_value
 class Allocation:
     job_id: int
     placements: tuple[Placement, ...]
@@ -302,6 +306,16 @@ class Allocation:
         a tenth of the Fig. 9 run. A new field must be passed on here too
         (tests/test_placement_speed.py checks that every field survives)."""
         return Allocation(self.job_id, placements, self.packed_with)
+
+
+#: The core's value objects. A round hands the next its allocations, and an allocation that
+#: did not change is last round's very object, so none is ever assigned after it is built.
+#: They are not `frozen=True` dataclasses: CPython builds a frozen one through
+#: `object.__setattr__`, field by field, about 5,000 instructions per object against 160
+#: for plain slots, and a Fig. 9 round builds about 340 of them: a tenth of the simulator's
+#: work (docs/simulator.md). The test suite makes them write-once instead (tests/conftest.py),
+#: so an assignment anywhere a test reaches fails CI.
+VALUE_TYPES: tuple[type, ...] = (Resources, Placement, Allocation)
 
 
 @dataclass(frozen=True)

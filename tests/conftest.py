@@ -10,11 +10,37 @@ default state dir."""
 from __future__ import annotations
 
 import os
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 from synergyd_harness import DaemonProcess, FakeAgent
+
+from synergy.scheduler.model import VALUE_TYPES
+
+
+def _write_once(self: object, name: str, value: object) -> None:
+    """A value object's attribute may be set while it is built, never again."""
+    try:
+        getattr(self, name)
+    except AttributeError:
+        object.__setattr__(self, name, value)
+        return
+    raise FrozenInstanceError(f"cannot assign to field {name!r} of a {type(self).__name__}")
+
+
+def _no_delete(self: object, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r} of a {type(self).__name__}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The core's value objects are not frozen dataclasses at run time (they cost 30 times
+    as much to build, synergy.scheduler.model.VALUE_TYPES): under test they are write-once,
+    so code that assigns to one fails here as it would with `frozen=True`."""
+    for cls in VALUE_TYPES:
+        cls.__setattr__ = _write_once  # type: ignore[method-assign,assignment]
+        cls.__delattr__ = _no_delete  # type: ignore[method-assign,assignment]
 
 
 #: gRPC's settings as pytest started, before test modules were imported: importing the CLI

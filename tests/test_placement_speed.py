@@ -474,3 +474,21 @@ def test_pack_order_sorts_as_the_key_function_did(drawn, rnd) -> None:
     last = frozenset(j.id for j, (_, _, _, stand_in) in zip(jobs, drawn) if stand_in)
     plain = sorted(jobs, key=lambda j: (j.id in last, -j.gpus, -demand[j.id][0] * j.gpus, -demand[j.id][1] * j.gpus))
     assert [j.id for j in pack_order(jobs, demand, last)] == [j.id for j in plain]
+
+
+def test_value_objects_are_write_once_under_test() -> None:
+    """The core's value objects are plain slots dataclasses at run time (model.VALUE_TYPES:
+    a frozen one costs 30 times as much to build); the suite makes them write-once
+    (conftest.py), so an assignment anywhere a test reaches fails as with `frozen=True`."""
+    from dataclasses import FrozenInstanceError
+
+    import pytest
+
+    p = Placement("s0", 1, 2.0, 20.0)
+    for obj, name, value in ((Resources(1, 2.0, 3.0), "cpus", 4.0), (p, "server_id", "s1"),
+                             (Allocation(1, (p,)), "placements", ())):
+        with pytest.raises(FrozenInstanceError):
+            setattr(obj, name, value)
+        with pytest.raises(FrozenInstanceError):
+            delattr(obj, name)
+    assert (p.server_id, hash(p)) == ("s0", hash(Placement("s0", 1, 2.0, 20.0)))

@@ -51,9 +51,11 @@ def test_two_rank_gloo_job_stops_at_the_same_step_and_resumes_together(cluster: 
     wait_for(lambda: rec.exists() and len(rec.read_text().splitlines()) >= 6, timeout=60, what="training to start")
     for p in admin.describe(job).placements:
         admin.DrainNode(admin_pb2.DrainNodeRequest(node_id=p.node_id, reason="test"))
-    wait_for(lambda: any((tmp_path / "ckpt").glob("step-*/rank1.pt")), timeout=60, what="both ranks to checkpoint")
-    steps = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert {f.name for f in (tmp_path / "ckpt" / steps[-1]).iterdir()} >= {"rank0.pt", "rank1.pt"}  # same step
+
+    def same_step() -> bool:  # each rank's file appears when its write is complete, not before
+        return any({"rank0.pt", "rank1.pt"} <= {f.name for f in d.iterdir()} for d in (tmp_path / "ckpt").glob("step-*"))
+
+    wait_for(same_step, timeout=60, what="both ranks to checkpoint the same step")
     for n in ("n1", "n2"):
         admin.ResumeNode(admin_pb2.ResumeNodeRequest(node_id=n))
     wait_for(lambda: admin.state(job) == "succeeded", timeout=90,
