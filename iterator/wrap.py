@@ -14,9 +14,10 @@ Profiling lease (docs/iterator.md): when the daemon launched this attempt to pro
 a `synergy.profiler.live.LiveProfiler` picks CPU counts; the lease thread asks for each, the
 agent RESIZEs the cpuset, and once the reply shows it in force the wrap restarts the loader
 iterator at the current position with `workers_for(cpus)` workers (never fewer than the
-script's own) and measures a window of real iterations. After the last point the lease
-thread completes and reports the profile; the daemon then stops the job through the
-ordinary lease path (STOP, checkpoint, exit 75).
+script's own) and measures a window of real iterations. After the last point the profile
+is completed and reported, and the job runs on in the same process at the allocation the
+next round gives it (a RESIZE). Outside profiling the loader's workers follow the CPUs in
+force the same way (`_fit_workers`), so the job runs with the pipeline its profile measured.
 
 Epochs across a relaunch: the script's own epoch loop starts again from its first epoch, so
 the first `epoch` iterations of the wrap after a resume (epochs the job already finished)
@@ -104,9 +105,14 @@ class SynergyIterator:
         self.position.world_size = env.world_size
         self.batch_size = int(getattr(loader, "batch_size", None) or 1)
         self.cursor = self._install_cursor(loader)
-        #: The script's DataLoader workers: restored when profiling ends, since the job runs on
-        #: in this process (no relaunch) and its points may have left it with fewer.
+        #: The script's DataLoader workers: the fewest the loader ever runs with. Managed, the
+        #: loader runs with `workers_for(CPUs in force)` of them, as profiling measured each
+        #: point (`_fit_workers`): a job given 8 CPUs for the speed its profile showed there
+        #: decodes with 7 workers, not the script's 2.
         self._script_workers = getattr(loader, "num_workers", None)
+        #: The CPUs in force the loader's workers were last sized for (`_fit_workers`); None
+        #: where they stay the script's (Slurm's measured-in-place profiles, DALI).
+        self._sized_for: float | None = 0.0
         self.sampler = self._sampler(loader)
         self.dali = DaliState.of(loader)
         self._iterations = 0          # wrap iterations in this process (the script's epochs)
@@ -283,8 +289,10 @@ class SynergyIterator:
         while True:
             if self._profiling:
                 it = self._profile_step(it)
-            elif self.refiner is not None:
-                self._refine_step()
+            else:
+                it = self._fit_workers(it)
+                if self.refiner is not None:
+                    self._refine_step()
             # Checked before the next batch is fetched, so a checkpoint never counts a batch the
             # loader handed out but the script did not get (a DALI checkpoint would skip it).
             if lease.stop_at and lease.step >= lease.stop_at:
@@ -331,6 +339,7 @@ class SynergyIterator:
                 return it
             if lease.profiling.in_force_only:  # Slurm: each attempt measures the CPUs it runs on
                 self._profiling = False
+                self._sized_for = None  # measured with the script's workers: it runs with them
                 if self.env is not None and self.env.rank == 0:
                     self._in_force_terms = lease.profiling
                     self._bound_cpus = float(len(os.sched_getaffinity(0)))
@@ -355,10 +364,24 @@ class SynergyIterator:
             if self.env.rank == 0:  # one rank refines (and reports) for the job
                 points, guess = self._optimistic(p.result())
                 self.refiner = Refiner(points, self.batch_size * self.position.world_size, guess)
-            if (self.cursor is not None and self._script_workers is not None
-                    and getattr(self.loader, "num_workers", None) != self._script_workers):
-                it = self._switch_workers(it, self._script_workers)
+            self._sized_for = cpus  # the last point's workers fit the CPUs still in force
         return it
+
+    def _fit_workers(self, it: Iterator[Any]) -> Iterator[Any]:
+        """Outside profiling: the loader's workers follow the CPUs in force, as profiling sized
+        them at each point (`workers_for`, never fewer than the script's own). The profile
+        promises the speed measured that way, and TUNE hands out CPUs for it; a new count
+        takes a new loader iterator at the current position, so only a resize costs one."""
+        assert self.lease is not None
+        cpus = self.lease.in_force[0]
+        if cpus == self._sized_for or self._sized_for is None or self.cursor is None or self._script_workers is None:
+            return it
+        self._sized_for = cpus
+        now, want = getattr(self.loader, "num_workers", None), live_profiler.workers_for(cpus, self._script_workers)
+        if want == now:
+            return it
+        _say(f"{cpus:g} CPUs in force: the loader's workers {now} -> {want}")
+        return self._switch_workers(it, want)
 
     def _switch_workers(self, it: Iterator[Any], workers: int) -> Iterator[Any]:
         """A new loader iterator with `workers` workers at the current position: the same

@@ -180,3 +180,30 @@ def test_kill_9_during_a_checkpoint_leaves_the_previous_one_loadable(tmp_path: P
 def test_load_names_the_missing_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="does not exist"):
         checkpoint.load(tmp_path / "nope", 0)
+
+
+def test_loader_workers_follow_the_cpus_in_force_never_below_the_scripts(tmp_path: Path) -> None:
+    """Managed and not profiling, the loader runs with `workers_for(CPUs in force)` workers,
+    as each profiling point measured it (4 CPUs: 3 workers, not the script's 1), and never
+    fewer than the script's own; a resize switches them at the current position, so every
+    sample is still seen once per epoch."""
+    loader = DataLoader(Indexed(N), batch_size=B, shuffle=True, num_workers=1, multiprocessing_context="forkserver")
+    it = SynergyIterator(loader, state={"model": torch.nn.Linear(4, 1)}, environ=env(tmp_path, 1))
+    lease = it.lease
+    assert lease is not None
+    lease.report_patience_s = 0
+    lease.registered.set()  # as after a registration whose reply had no profiling lease
+    # After the k-th batch: the next batch comes from the loader as sized for it.
+    in_force = {2: (4.0, (0, 1, 2, 3), 4.0), 9: (0.5, (0,), 4.0), 14: (3.0, (0, 1, 2), 4.0)}
+    workers, ids = [], []
+    try:
+        for _ in range(3):
+            for _, _, batch in it:
+                workers.append(loader.num_workers)
+                ids += batch.tolist()
+                lease.in_force = in_force.get(len(workers), lease.in_force)
+    finally:
+        lease.close()
+    assert workers[:2] == [1, 1] and workers[2:9] == [3] * 7 and workers[9:14] == [1] * 5, workers
+    assert workers[14:] == [2] * (len(workers) - 14), workers
+    assert sorted(ids) == sorted(list(range(N)) * 3)  # every sample once per epoch across the switches
