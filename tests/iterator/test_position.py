@@ -182,6 +182,7 @@ def test_load_names_the_missing_checkpoint(tmp_path: Path) -> None:
         checkpoint.load(tmp_path / "nope", 0)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 3 workers on 2 cores, briefly
 def test_loader_workers_follow_the_cpus_in_force_never_below_the_scripts(tmp_path: Path) -> None:
     """Managed and not profiling, the loader runs with `workers_for(CPUs in force)` workers,
     as each profiling point measured it (4 CPUs: 3 workers, not the script's 1), and never
