@@ -35,9 +35,9 @@ def _no_delete(self: object, name: str) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The core's value objects are not frozen dataclasses at run time (they cost 30 times
-    as much to build, synergy.scheduler.model.VALUE_TYPES): under test they are write-once,
-    so code that assigns to one fails here as it would with `frozen=True`."""
+    """The core's value objects are not frozen dataclasses at run time (a frozen one takes
+    three times the instructions to build, synergy.scheduler.model.VALUE_TYPES): under test
+    they are write-once, so code that assigns to one fails here as it would with `frozen=True`."""
     for cls in VALUE_TYPES:
         cls.__setattr__ = _write_once  # type: ignore[method-assign,assignment]
         cls.__delattr__ = _no_delete  # type: ignore[method-assign,assignment]

@@ -478,7 +478,7 @@ def test_pack_order_sorts_as_the_key_function_did(drawn, rnd) -> None:
 
 def test_value_objects_are_write_once_under_test() -> None:
     """The core's value objects are plain slots dataclasses at run time (model.VALUE_TYPES:
-    a frozen one costs 30 times as much to build); the suite makes them write-once
+    a frozen one takes three times the instructions to build); the suite makes them write-once
     (conftest.py), so an assignment anywhere a test reaches fails as with `frozen=True`."""
     from dataclasses import FrozenInstanceError
 
