@@ -112,9 +112,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
     if missing():
         terminalreporter.write_line(f"Slurm tests (tests/slurm) not run: {missing()}")
+    # A module skipped whole at collection (the browser tests without chromium) reports a
+    # CollectReport, which has no keywords.
     ran = {r.nodeid for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
-           if r.when == "call" and CGROUP_KEYWORD in r.keywords}
-    skipped = {r.nodeid for r in terminalreporter.stats.get("skipped", []) if CGROUP_KEYWORD in r.keywords}
+           if r.when == "call" and CGROUP_KEYWORD in getattr(r, "keywords", ())}
+    skipped = {r.nodeid for r in terminalreporter.stats.get("skipped", [])
+               if CGROUP_KEYWORD in getattr(r, "keywords", ())}
     if not ran and not skipped:
         return
     terminalreporter.write_line(f"real-cgroup end-to-end tests: {len(ran)} ran, {len(skipped)} skipped"

@@ -239,6 +239,9 @@ class FakeJob:
         except grpc.RpcError:
             self.exit_code = 1
         except Exception:  # noqa: BLE001
+            if self.killed.is_set():  # its agent stopped mid-call and closed the channel: the harness's teardown
+                self.exit_code = -9
+                return
             self.exit_code = 2
             raise
 
