@@ -57,6 +57,10 @@ node with these profiles, before profiling costs anything. The question it answe
 longer trace, a denser one or another length show the gain, before spending an hour on it.
 
     .venv/bin/python benchmarks/physical.py --trace dynamic --what-if /tmp/physical-XXXX --jobs 16 --gap-s 10
+    .venv/bin/python benchmarks/physical.py --trace dynamic --what-if shaped --every-job-profiles --jobs 16
+
+`--what-if shaped` needs no kept run (profiles shaped like the measured ones, the default node);
+`--every-job-profiles` sends every job through a lease, as a site with many new commands would.
 
 Needs root and cgroup v1 (the agent's cpusets). Run it on a quiet machine: other load on the
 two cores is load on the "cluster", and it makes the CPU measurements of profiling noise.
@@ -296,6 +300,9 @@ def replay(mechanism: str, args: argparse.Namespace, jobs: list[Job], node: Reso
 
 def what_if(args: argparse.Namespace) -> int:
     """`--what-if DIR`: the trace the flags describe, simulated with what DIR's TUNE run measured."""
+    if args.what_if == SHAPED:
+        by_kind, node, start_s, profile_s = shaped_profiles(args), Resources(args.gpus, 2.0, 4.0), 5.0, 6.0
+        return what_if_with(args, "profiles shaped like the measured ones", by_kind, node, start_s, profile_s)
     kept = Path(args.what_if)
     state, log = kept / "state-tune", kept / "state-tune.log"
     if not (state / "synergyd.sqlite").exists() or not log.exists():
@@ -313,17 +320,23 @@ def what_if(args: argparse.Namespace) -> int:
         return 2
     node, start_s = node_resources(measured), startup_s(log)
     profile_s = mean_gap_s(log, "job.profiling", "job.profiled")  # placed under its lease to profiled
+    return what_if_with(args, f"{kept}'s profiles", by_kind, node, start_s, profile_s)
+
+
+def what_if_with(args: argparse.Namespace, source: str, by_kind: dict[str, SensitivityProfile], node: Resources,
+                 start_s: float, profile_s: float) -> int:
+    """The what-if simulation itself, for profiles by kind, a node, a start-up and a lease time."""
     # The daemon's profile store: a job whose command another job profiled before it arrived
     # takes that profile at submission; the others profile live (all of a static trace's).
     stored_at: dict[tuple[str, int], float] = {}
     profiled = set()
     for k, t in enumerate(trace(args)):
         ready = stored_at.get((t.kind, t.samples))
-        if ready is None or t.arrival_s < ready:
+        if ready is None or t.arrival_s < ready or args.every_job_profiles:
             profiled.add(k)
             stored_at.setdefault((t.kind, t.samples), t.arrival_s + start_s + profile_s)
     print(f"what if: {args.trace} trace, {args.jobs} jobs" + (f", one every {args.gap_s:g} s" if args.trace ==
-          "dynamic" else "") + f", {args.samples} samples; {kept}'s profiles, node {node.gpus:g} GPUs / "
+          "dynamic" else "") + f", {args.samples} samples; {source}, node {node.gpus:g} GPUs / "
           f"{node.cpus:g} CPUs / {node.mem_gb:g} GB, leases of {profile_s:.1f} s, start-up {start_s:.1f} s; "
           f"{len(profiled)} of {args.jobs} jobs profile live")
 
@@ -343,6 +356,24 @@ def what_if(args: argparse.Namespace) -> int:
             f"{b / a:.2f}x" for a, b in zip(row, base))
         print(f"  {name:<21} {row[0]:8.1f}s {row[1]:8.1f}s {row[2]:8.1f}s   {ratios}".rstrip())
     return 0
+
+
+#: `--what-if shaped`: no kept run; profiles shaped like the ones the live runs measured.
+SHAPED = "shaped"
+
+
+def shaped_profiles(args: argparse.Namespace) -> dict[str, SensitivityProfile]:
+    """Heavy and light profiles shaped like those the live runs measured (docs/reproducing.md):
+    a heavy job 23 / 46 / 90 samples/s at a quarter, a half and one CPU, a light one 90 at
+    every point; memory does not matter to either."""
+    rows = (0.25, 0.5, 1.0, 2.0)
+    iter_s = args.batch_size / 90.0  # 90 samples/s at the top: a step of `--batch-size` samples
+
+    def shaped(name: str, rates: tuple[float, ...]) -> SensitivityProfile:
+        return SensitivityProfile(name, "image", rows, (1.0, 2.0), tuple((r / 90.0,) * 2 for r in rates),
+                                  (1.0, 1.0), iter_s)
+
+    return {"heavy": shaped("heavy", (23.0, 46.0, 90.0, 90.0)), "light": shaped("light", (90.0,) * 4)}
 
 
 def summary(makespan: float, jcts: list[float]) -> tuple[float, float, float]:
@@ -379,7 +410,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-s", type=float, default=900.0)
     p.add_argument("--what-if", default="", metavar="DIR",
                    help="run nothing live: simulate the trace these flags describe with the profiles, node, lease "
-                        "and start-up a kept run measured (DIR: the work dir it printed)")
+                        "and start-up a kept run measured (DIR: the work dir it printed), or, with 'shaped', "
+                        "profiles shaped like the measured ones on the default node (6 s leases, 5 s start-ups)")
+    p.add_argument("--every-job-profiles", action="store_true",
+                   help="with --what-if: every job profiles live, as if each ran a new command (default: a job "
+                        "whose command was profiled before it arrived takes the stored profile)")
     return p
 
 

@@ -332,10 +332,11 @@ class RoundInput:
     #: A server whose `last_heartbeat_s` is older than this (relative to `now_s`) gets no
     #: new work: it may be dead, and the leases of its jobs expire before it is declared lost.
     heartbeat_window_s: float = math.inf
-    #: Jobs the policy orders after all the others, whatever it says of them: stand-ins for
-    #: jobs waiting for a profiling lease (profiles/knee.py). They hold room the round must
-    #: leave free, never a GPU another job of the round wants: an arrival does not preempt
-    #: running work to be profiled.
+    #: Stand-ins for jobs waiting for a profiling lease (profiles/knee.py): the policy ranks
+    #: them among the queued jobs, but never ahead of a job of `previous` (core.behind_running),
+    #: and TUNE packs them last. A stand-in the round places holds the room its lease takes
+    #: (placement/profiling.py: `place_after_round`), never a GPU a running job holds: an
+    #: arrival does not preempt running work to be profiled.
     last: frozenset[int] = frozenset()
 
 

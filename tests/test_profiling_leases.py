@@ -2,11 +2,11 @@
 over the nodes, a node's free CPUs split between the leases placed on it together."""
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from synergy.scheduler.model import EPS, Cluster, Resources, Server
-from synergy.scheduler.placement.profiling import MAX_PROFILE_CPUS, ProfilingAsk, place_leases
+from synergy.scheduler.placement.profiling import MAX_PROFILE_CPUS, ProfilingAsk, place_after_round, place_leases
 
 
 def test_two_asks_on_a_two_cpu_node_profile_side_by_side():
@@ -103,6 +103,9 @@ def test_four_arrivals_on_four_gpus_and_two_cores_profile_at_once_at_half_a_core
     st.lists(st.tuples(st.integers(0, 8), st.sampled_from([0, 0.25, 0.5, 1, 1.5, 3]), st.integers(0, 8)), max_size=3),
     st.lists(st.integers(1, 2), max_size=8),
 )
+# Spread by the room per lease, the 1-GPU ask went to n1 (4 CPUs for 3 leases against n0's 4
+# for 4) and split the GPUs the last 2-GPU ask needed; whole CPUs placed all seven.
+@example(caps=[(7, 4, 1), (6, 4, 1)], helds=[], asks=[2, 2, 2, 2, 2, 1, 2])
 def test_sub_core_leases_never_overcommit_and_hold_a_point_the_job_can_measure(caps, helds, asks):
     c = Cluster(tuple(Server(f"n{i}", Resources(*cap)) for i, cap in enumerate(caps)))
     held = {f"n{i}": Resources(*(min(h, cap) for h, cap in zip(hh, caps[i]))) for i, hh in enumerate(helds)
@@ -118,3 +121,24 @@ def test_sub_core_leases_never_overcommit_and_hold_a_point_the_job_can_measure(c
     # A whole-CPU pass never places more, and every whole-CPU lease is still placed.
     whole = place_leases([ProfilingAsk(i, g) for i, g in enumerate(asks)], c, held)
     assert len(leases) >= len(whole)
+
+
+def test_an_ask_the_round_placed_goes_ahead_of_the_queued_jobs_it_outranked():
+    """A round that ranked an arrival's stand-in above a queued job left the arrival that room
+    (`RoundInput.last`): its lease takes it, where the queued job's share kept it before.
+    An ask the round did not place still leaves room for the queued jobs, and for a granted
+    ask that found none yet."""
+    c = Cluster((Server("n0", Resources(4, 2, 8)),))
+    share = c.proportional_share(1)
+    held = {"n0": Resources(3, 1.5, 6)}  # three running jobs at their share: one GPU free
+    ask = ProfilingAsk(7, 1)
+    assert place_after_round([ask], frozenset(), c, held, queued=[share], sub_core=True) == {}
+    (lease,) = place_after_round([ask], frozenset({7}), c, held, queued=[share], sub_core=True).values()
+    assert lease.server_id == "n0" and lease.cpus == 0.5
+    # Two free GPUs: a granted 2-GPU ask placed, and a later 1-GPU one finds nothing left.
+    held = {"n0": Resources(2, 1.0, 4)}
+    two, one = ProfilingAsk(8, 2), ProfilingAsk(9, 1)
+    assert sorted(place_after_round([two, one], frozenset({8}), c, held, sub_core=True)) == [8]
+    # Without a grant the asks go in arrival order, as `place_leases` places them.
+    assert place_after_round([one, two], frozenset(), c, held, queued=[share], sub_core=True) == \
+        place_leases([one, two], c, held, queued=[share], sub_core=True)

@@ -119,6 +119,24 @@ def test_an_arrival_waiting_to_be_profiled_preempts_nobody() -> None:
     assert out.waiting == {9: "waiting for room to profile in"}
 
 
+def test_an_arrival_waiting_for_a_lease_keeps_its_rank_among_the_queued_jobs() -> None:
+    """SRTF, one GPU free, a long queued job and a short arrival to profile: the arrival's
+    stand-in ranks above the queued job (behind the running ones, which keep their GPUs), so
+    the round leaves it the GPU and its lease is placed. Ranked after every job, as before,
+    it waited for the whole queue: up to 487 s in a loaded physical run (issue 14)."""
+    running = [Job(i, "light", 1, 0.0, 1e6, LIGHT) for i in range(3)]
+    decide = build_scheduler("srtf", "tune").schedule
+    previous = dict(decide(RoundInput(0.0, NODE, running, {}, 2.0)).allocations)
+    queued = Job(5, "light", 1, 1.0, 1e6, LIGHT)
+    short = Job(9, "light", 1, 1.0, 10.0, LIGHT)
+    replay = ProfilingReplay(frozenset({9}), profile_s=4.0)
+    out, leases = profiling_round(RoundInput(2.0, NODE, [*running, queued, short], previous, 2.0), replay,
+                                  Leases({}), decide)
+    assert sorted(leases.under) == [9] and 5 in out.waiting, (out.waiting, leases)
+    assert all(out.allocations[i].placements[0].server_id == "n0" for i in range(3))
+    assert sorted(out.allocations) == [0, 1, 2, 9]
+
+
 def test_a_stand_in_is_packed_after_the_jobs_it_waits_behind() -> None:
     """The physical run's dynamic trace: a job profiled a moment before ("light1") lost its
     place to the stand-in of a later arrival, which TUNE packed first for its larger demand

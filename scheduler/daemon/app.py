@@ -73,7 +73,8 @@ class Logic:
         rounds = RoundLoop(ctx, jobs, nodes)
         nodes.loans.core_jobs = rounds.core_jobs  # a reclaim reads elastic ranges as the rounds do
         profiling = ProfilingBook(ctx, jobs, lambda: rounds.snapshot()[0],
-                                   lambda: rounds.pending.allocations if rounds.pending else {})
+                                   lambda: rounds.pending.allocations if rounds.pending else {},
+                                   lambda: rounds.granted)
         return cls(ctx, jobs, reconciler, nodes, LeaseBook(ctx, jobs), rounds, profiling)
 
     def recover(self) -> None:

@@ -8,7 +8,10 @@ while the iterator measures its throughput at the CPU counts its search chooses.
   without waiting for a round) where the core's `placement/profiling.place_leases` says:
   only in room no work holds (running jobs, moves under way, and the round decided but not
   yet applied are taken out first), spread over the nodes, a node's free CPUs split between
-  the leases placed on it together; whole CPUs, up to `MAX_PROFILE_CPUS`;
+  the leases placed on it together; whole CPUs, up to `MAX_PROFILE_CPUS`. The room of the
+  jobs queued for a round is kept for them, except from a job whose stand-in the latest
+  round placed (`RoundLoop.granted`: the policy ranked it above those queued jobs;
+  `place_after_round`);
 * the job stays in state PROFILING with that placement: a real placed task, which the
   reconciler launches, RESIZEs and stops, lease expiry and node loss requeue (into PROFILING
   again: `JobBook.preempt`), like a RUNNING one;
@@ -39,7 +42,7 @@ from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.records import JobRecord, JobState, held
 from synergy.scheduler.model import Cluster, Placement, Resources, RoundInput
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, run_filters
-from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
+from synergy.scheduler.placement.profiling import ProfilingAsk, place_after_round, sub_core
 
 
 def held_by_profiling(jobs: Iterable[JobRecord]) -> dict[str, Resources]:
@@ -69,6 +72,7 @@ class ProfilingBook:
         jobs: JobBook,
         cluster: Callable[[], Cluster],
         planned: Callable[[], Mapping[int, tuple[Placement, ...]]] = dict,
+        granted: Callable[[], frozenset[int]] = frozenset,
     ) -> None:
         self.ctx = ctx
         self.jobs = jobs
@@ -78,6 +82,9 @@ class ProfilingBook:
         #: The allocations of the round decided and not applied yet (RoundLoop.pending):
         #: a lease must not take the room a job was just placed in.
         self.planned = planned
+        #: The jobs waiting for a lease whose stand-ins the latest round placed
+        #: (RoundLoop.granted): their leases go ahead of the queued jobs' shares.
+        self.granted = granted
 
     def place(self) -> int:
         """Place waiting PROFILING jobs where they fit now (the core's `place_leases`);
@@ -103,7 +110,7 @@ class ProfilingBook:
                       for j in sorted(ctx.store.active_jobs(), key=lambda j: (j.submitted_at, j.id))
                       if j.state == JobState.QUEUED and not j.spec.cpu_only and j.id not in planned]
             fine = sub_core(cluster)  # the share is the whole cluster's (`share_basis`)
-            leases = place_leases(asks, open_nodes, self._held(), queued=queued, sub_core=fine)
+            leases = place_after_round(asks, self.granted(), open_nodes, self._held(), queued=queued, sub_core=fine)
             changes = []
             for job in waiting:
                 placement = leases.get(job.id)

@@ -54,6 +54,9 @@ class Plan:
     packed: dict[int, int] = field(default_factory=dict)
     #: Running jobs this round moves -> what the move buys (RoundOutput.moves).
     moves: dict[int, str] = field(default_factory=dict)
+    #: Jobs waiting for a profiling lease whose stand-ins this round placed: the policy ranked
+    #: them above the queued jobs it left waiting, so their leases go first (profiling.py).
+    granted: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -65,6 +68,8 @@ class RoundLoop:
     round_index: int = 0
     last_decision_s: float = 0.0
     pending: Plan | None = None
+    #: The granted stand-ins of the last round applied (`Plan.granted`).
+    applied_granted: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         self.policy = self.ctx.store.setting("policy") or self.ctx.config.policy
@@ -156,11 +161,12 @@ class RoundLoop:
             as_they_are = [self._core_job(j, cluster) if j.id in starting else cj
                            for j, cj in zip(records, core_jobs)] if starting else core_jobs
             # Jobs waiting for a profiling lease (profiling.py) are seen at their proportional
-            # share, after every other job (`RoundInput.last`: they preempt nobody), so that
-            # the round leaves them that room (their allocations go nowhere:
-            # `ProfilingBook` places the leases in what the round leaves free). Unseen, the
-            # round gave everything away, a lone job's best case and leftovers filled a node
-            # with free GPUs, and arrivals waited for it to end (issue 14's dynamic trace).
+            # share, ranked by the policy among the queued jobs but behind every running one
+            # (`RoundInput.last`: they preempt nobody), so that the round leaves them that room
+            # (their allocations go nowhere: `ProfilingBook` places the leases in what the
+            # round leaves free, the granted ones first). Unseen, the round gave everything
+            # away, a lone job's best case and leftovers filled a node with free GPUs, and
+            # arrivals waited for it to end (issue 14's dynamic trace).
             stand_ins = [self._core_job(j, cluster, at_share=True)
                          for j in self.ctx.store.active_jobs() if waits_for_lease(j)]
             core_jobs += stand_ins
@@ -194,7 +200,14 @@ class RoundLoop:
         placements = {job_id: tuple(alloc.placements) for job_id, alloc in allocations.items()}
         packed = {job_id: a.packed_with for job_id, a in allocations.items() if a.packed_with is not None}
         waiting = {job_id: why for job_id, why in out.waiting.items() if job_id in considered}
-        return Plan(index, now, decision_s, considered, placements, waiting, packed, out.moves)
+        granted = frozenset(j.id for j in stand_ins if j.id in out.allocations)
+        return Plan(index, now, decision_s, considered, placements, waiting, packed, out.moves, granted)
+
+    @property
+    def granted(self) -> frozenset[int]:
+        """Jobs waiting for a profiling lease that the latest round decided placed (the pending
+        plan's once one is decided, else the last applied one's): their leases go first."""
+        return self.pending.granted if self.pending is not None else self.applied_granted
 
     def apply(self, plan: Plan) -> None:
         ctx = self.ctx
@@ -211,6 +224,7 @@ class RoundLoop:
             if changes:
                 ctx.save_jobs(changes)
             self.round_index = plan.round_index
+            self.applied_granted = plan.granted
             ctx.metrics.rounds.inc()
             ctx.metrics.migrations.inc(moved)
             ctx.metrics.round_migrations.set(moved)

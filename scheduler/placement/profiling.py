@@ -93,7 +93,7 @@ def place_leases(
     types = {s.id: s.gpu_type for s in cluster.servers}
     on_node: dict[str, list[ProfilingAsk]] = {}
     for ask in asks:
-        best, best_cpus = None, 0
+        best, best_score = None, (0, 0.0)
         for sid, room in free.items():
             if ask.gpu_types and types[sid] not in ask.gpu_types:
                 continue
@@ -102,11 +102,16 @@ def place_leases(
             if gpus_left + EPS < ask.gpus:
                 continue
             cpus = _share(room.cpus, len(mine) + 1, max_cpus, sub_core)
-            # The most CPUs per lease wins; where leases are half a core whatever the room
-            # (`sub_core`), the room per lease still spreads the asks over the nodes.
-            score = room.cpus / (len(mine) + 1) if sub_core else cpus
-            if cpus >= least - EPS and score > best_cpus and room.mem_gb > EPS:
-                best, best_cpus = sid, score
+            # The most whole CPUs per lease wins, ties to the first node. Where leases are
+            # half a core whatever the room (`sub_core`), a node still offering a whole CPU
+            # per lease is chosen exactly as the whole-CPU rule would (spreading by the room
+            # per lease there left a 2-GPU ask without a node whose GPUs a 1-GPU ask had
+            # split, where whole CPUs placed both), and among nodes with less, the room per
+            # lease spreads the asks: a sub-core pass places every ask a whole-CPU one does.
+            whole = _share(room.cpus, len(mine) + 1, max_cpus)
+            score = (whole, 0.0 if whole else room.cpus / (len(mine) + 1)) if sub_core else (cpus, 0.0)
+            if cpus >= least - EPS and score > best_score and room.mem_gb > EPS:
+                best, best_score = sid, score
         if best is not None:
             on_node.setdefault(best, []).append(ask)
     leases: dict[int, Placement] = {}
@@ -120,6 +125,35 @@ def place_leases(
             # memory axis comes from the cache model, not from memory held under the lease).
             own = min(mem, math.floor(cluster.proportional_share(ask.gpus).mem_gb * 1000) / 1000) if sub_core else mem
             leases[ask.job_id] = Placement(sid, ask.gpus, float(cpus), own)
+    return leases
+
+
+def place_after_round(
+    asks: Sequence[ProfilingAsk],
+    granted: frozenset[int],
+    cluster: Cluster,
+    held: Mapping[str, Resources],
+    queued: Sequence[Resources] = (),
+    sub_core: bool = False,
+) -> dict[int, Placement]:
+    """`place_leases` for `asks` (arrival order) once a round has decided: the asks whose
+    stand-ins the round placed (`granted`, `RoundInput.last`) first, in what `held` leaves,
+    ahead of `queued` (the round ranked them above the queued jobs it left waiting); then the
+    others, behind `queued` and the shares of granted asks that found no room yet, so that
+    neither a queued job nor a granted arrival is kept waiting by a later ask. Without
+    `granted`, exactly `place_leases(asks, cluster, held, queued=queued, ...)`. The daemon
+    (daemon/profiling.py) and the simulator (simulator/profiling.py) both place through it."""
+    first = [a for a in asks if a.job_id in granted]
+    if not first:
+        return place_leases(asks, cluster, held, queued=queued, sub_core=sub_core)
+    leases = place_leases(first, cluster, held, sub_core=sub_core)
+    after = dict(held)
+    for p in leases.values():
+        after[p.server_id] = after.get(p.server_id, Resources()) + p.resources
+    waiting = [cluster.proportional_share(a.gpus) for a in first if a.job_id not in leases]
+    rest = [a for a in asks if a.job_id not in granted]
+    if rest:
+        leases.update(place_leases(rest, cluster, after, queued=[*waiting, *queued], sub_core=sub_core))
     return leases
 
 

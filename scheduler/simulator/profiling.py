@@ -4,12 +4,13 @@ A job profiled live (`ProfilingReplay.jobs`) is seen by the core only as a stand
 profile is known, exactly as in synergyd (daemon/profiling.py, daemon/rounds.py):
 
 * while it waits for room, the round sees it at its proportional share (a profile flat above
-  the share, `profiles/knee.py`), ordered after every other job (`RoundInput.last`: it takes
-  no GPU another job wants), so that the jobs placed leave it that room, and drops its
-  allocation; once the round is decided, a lease
-  is placed in what neither the round's allocations nor the other leases hold, by the same
-  core function the daemon calls (`placement.profiling.place_leases`, `sub_core` where the
-  share is below one CPU per GPU), asks in arrival order;
+  the share, `profiles/knee.py`), ranked by the policy among the queued jobs but behind
+  every running one (`RoundInput.last`: it takes no GPU a running job holds), so that the
+  jobs placed leave it that room when it ranks above them, and drops its allocation; once
+  the round is decided, a lease is placed in what neither the round's allocations nor the
+  other leases hold, by the same core function the daemon calls
+  (`placement.profiling.place_after_round`: the asks the round placed first, then the
+  others in arrival order; `sub_core` where the share is below one CPU per GPU);
 * under its lease it trains at the lease's allocation for `profile_s` seconds (the windows
   of its points; the points themselves lie at or below the lease, so this is the lease's
   speed, a small optimism), and the core is given the cluster less what leases hold (the
@@ -28,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 from synergy.scheduler.model import Allocation, Cluster, Job, JobKind, Resources, RoundInput, RoundOutput
-from synergy.scheduler.placement.profiling import ProfilingAsk, place_leases, sub_core
+from synergy.scheduler.placement.profiling import ProfilingAsk, place_after_round, sub_core
 from synergy.scheduler.profiles.knee import knee_profile
 
 
@@ -92,12 +93,13 @@ def profiling_round(
                       previous={jid: a for jid, a in inp.previous.items() if jid not in hidden},
                       last=frozenset(j.id for j in stand_ins))
     out = decide(core_in)
+    granted = frozenset(j.id for j in stand_ins if j.id in out.allocations)
     out = replace(out, allocations={jid: a for jid, a in out.allocations.items() if jid not in hidden},
                   waiting={jid: why for jid, why in out.waiting.items() if jid not in hidden},
                   reverted=frozenset(out.reverted - hidden))
     held = _held([*out.allocations.values(), *(alloc for alloc, _ in under.values())])
     asks = [ProfilingAsk(j.id, j.gpus, j.gpu_types) for j in waiting]
-    for jid, p in place_leases(asks, cluster, held, sub_core=sub_core(cluster)).items():
+    for jid, p in place_after_round(asks, granted, cluster, held, sub_core=sub_core(cluster)).items():
         under[jid] = (Allocation(jid, (p,)), t)
     allocations = {**out.allocations, **{jid: alloc for jid, (alloc, _) in under.items()}}
     waiting_why = {**out.waiting, **{j.id: "waiting for room to profile in" for j in waiting if j.id not in under}}

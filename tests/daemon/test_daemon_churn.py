@@ -107,6 +107,35 @@ def test_a_profiling_lease_takes_no_room_the_pending_round_gave_and_preempts_not
             [t.reason for t in job.history])
 
 
+def test_an_arrival_the_round_ranks_above_a_queued_job_gets_its_lease() -> None:
+    """SRTF, one GPU free, a long job queued and a short arrival waiting for a profiling lease.
+    Between rounds the lease leaves the queued job's share alone; the round ranks the arrival
+    above it (behind the running jobs) and leaves it the GPU, and its lease goes there. Before,
+    the arrival was ranked after every job and waited for the whole queue (issue 14: up to
+    487 s in a loaded physical run), while the running jobs are never touched either way."""
+    logic = _logic(policy="srtf")
+    node = SimNode(logic, "n", gpus=4, cpus=2, mem_gb=8)
+    running = [submit(logic, f"r{i}", iterations=10**6) for i in range(3)]
+    round_(logic)
+    node.heartbeat()
+    assert all(state(logic, j) == JobState.RUNNING for j in running)
+    queued = submit(logic, "q", iterations=10**6)
+    short = logic.jobs.submit(JobSpec(name="s", command=("train",), gpus=1, profiler="synergy", iterations=100,
+                                      checkpoint_dir="/tmp/ckpt")).id
+    assert logic.profiling.place() == 0  # the one free GPU is the queued job's until a round says otherwise
+    clock(logic).advance(10)
+    node.heartbeat()
+    round_(logic)
+    assert logic.rounds.granted == frozenset({short})
+    assert logic.profiling.place() == 1
+    lease = logic.jobs.get(short)
+    assert lease.state == JobState.PROFILING and lease.placements[0].server_id == "n"
+    assert state(logic, queued) == JobState.QUEUED
+    for j in running:
+        job = logic.jobs.get(j)
+        assert job.state == JobState.RUNNING and not job.stopping and job.preemptions == 0, [t.reason for t in job.history]
+
+
 def test_arrivals_profile_side_by_side_on_a_two_cpu_node() -> None:
     """Before, each lease took the whole node and the next job's waited for it; then whole-CPU
     leases profiled two and kept the third waiting. The share is half a core per GPU here:
