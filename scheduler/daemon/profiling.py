@@ -110,7 +110,8 @@ class ProfilingBook:
                       for j in sorted(ctx.store.active_jobs(), key=lambda j: (j.submitted_at, j.id))
                       if j.state == JobState.QUEUED and not j.spec.cpu_only and j.id not in planned]
             fine = sub_core(cluster)  # the share is the whole cluster's (`share_basis`)
-            leases = place_after_round(asks, self.granted(), open_nodes, self._held(), queued=queued, sub_core=fine)
+            granted = self.granted()
+            leases = place_after_round(asks, granted, open_nodes, self._held(), queued=queued, sub_core=fine)
             changes = []
             for job in waiting:
                 placement = leases.get(job.id)
@@ -125,7 +126,9 @@ class ProfilingBook:
                     profile_max_cpus=placement.cpus,
                     profile_sub_core=fine,
                 )
-                event(ctx.log, "job.profiling", job=job.id, placement=fmt_placements((placement,)))
+                # granted: the round ranked it above queued jobs and left it this room.
+                event(ctx.log, "job.profiling", job=job.id, placement=fmt_placements((placement,)),
+                      granted=job.id in granted)
                 changes.append((job, new))
             if changes:
                 ctx.save_jobs(changes)
