@@ -29,5 +29,10 @@ for name, folder in ROOTS.items():
     for init in sorted(root.rglob("__init__.py")):
         rel = init.parent.relative_to(root)
         packages.append(".".join([name, *rel.parts]) if rel.parts else name)
+    # Folders of data inside a package (the dashboard's static/): listed as packages too, as
+    # setuptools asks (a folder it does not list is importable, and its files may be dropped).
+    for folder_path in sorted(d for d in root.rglob("*") if d.is_dir() and d.name != "__pycache__"):
+        if not (folder_path / "__init__.py").exists() and (folder_path.parent / "__init__.py").exists():
+            packages.append(".".join([name, *folder_path.relative_to(root).parts]))
 
 setup(package_dir=package_dir, packages=packages)
