@@ -44,7 +44,10 @@ class NodeView:
 
 @dataclass(frozen=True)
 class NodeReply:
-    node: NodeView
+    #: The node's state and why (`NodeBook.state`): all an agent is told of itself. A full
+    #: `NodeView` (its jobs, allocation, telemetry) was built for every heartbeat and not sent.
+    state: str
+    reason: str
     instructions: list[Instruction]
     forget: list[TaskKey]
     #: Log bytes wanted from the node (`synergy logs`), and its tasks' throughput vs baseline.
@@ -102,7 +105,7 @@ class NodeBook:
                 known=old is not None,
             )
             instructions, forget = self.reconciler.reconcile(node.id)
-            return NodeReply(self.view(node), instructions, forget)
+            return NodeReply(*self.state(node), instructions, forget)
 
     def _check_takeover(self, old: NodeRecord, incoming: NodeRecord, now: float) -> None:
         """Refuse a node id that another live agent instance holds; when that instance has
@@ -167,7 +170,7 @@ class NodeBook:
             exited = frozenset(t.key for t in tasks if t.phase == TaskPhase.EXITED)
             jobs = {t.key.job_id: ctx.store.job(t.key.job_id) for t in tasks}
             progress = ctx.progress.for_node(list(tasks), jobs, ctx.live.jobs)
-            return NodeReply(self.view(node), instructions, forget, logs.requests(node_id, now, exited), progress)
+            return NodeReply(*self.state(node), instructions, forget, logs.requests(node_id, now, exited), progress)
 
     def _gauges(self, node_id: str, telemetry: Mapping[str, Any], tasks: Sequence[ObservedTask]) -> None:
         """The node's /metrics gauges from its latest telemetry (absent figures are not set)."""

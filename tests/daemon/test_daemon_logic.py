@@ -175,7 +175,7 @@ def test_node_lost_requeues_its_jobs_and_comes_back(logic: Logic) -> None:
     round_(logic)  # nowhere to go
     assert "no schedulable node" in logic.jobs.get(job).waiting_reason
     reply = node.heartbeat()  # back: the stale task is stopped, the node is ready
-    assert reply.node.state == "ready"
+    assert reply.state == "ready"
     assert [i.kind for i in reply.instructions] == [InstructionKind.STOP]
 
 

@@ -61,8 +61,8 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         instructions, _ = self._reply(reply)
         return node_pb2.RegisterNodeResponse(
             heartbeat_interval_s=self.ctx.config.heartbeat_interval_s,
-            state=convert.node_state_to_msg(reply.node.state),
-            state_reason=reply.node.reason,
+            state=convert.node_state_to_msg(reply.state),
+            state_reason=reply.reason,
             instructions=instructions,
             daemon_version=VERSION,
         )
@@ -89,8 +89,8 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
             heartbeat_interval_s=self.ctx.config.heartbeat_interval_s,
             instructions=instructions,
             forget=forget,
-            state=convert.node_state_to_msg(reply.node.state),
-            state_reason=reply.node.reason,
+            state=convert.node_state_to_msg(reply.state),
+            state_reason=reply.reason,
             log_requests=[convert.log_request_to_msg(r) for r in reply.log_requests],
             progress=[convert.progress_to_msg(p) for p in reply.progress],
         )
