@@ -87,7 +87,7 @@ class ProfilingBook:
         self.granted = granted
 
     def place(self) -> int:
-        """Place waiting PROFILING jobs where they fit now (the core's `place_leases`);
+        """Place waiting PROFILING jobs where they fit now (the core's `place_after_round`);
         returns how many were placed."""
         ctx = self.ctx
         with ctx.lock:
