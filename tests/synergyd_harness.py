@@ -365,10 +365,12 @@ class FakeAgent:
 
     def stop(self) -> None:
         self.stop_event.set()
+        # Joined first: a heartbeat in flight when the stop came could still launch a task,
+        # which then called on the closed channel from its thread (CI's thread warnings).
+        self.thread.join(timeout=5)
         with self.lock:
             for t in self.tasks.values():
                 t.killed.set()
-        self.thread.join(timeout=5)
         self.channel.close()
 
     def _statuses(self) -> list[node_pb2.TaskStatus]:
