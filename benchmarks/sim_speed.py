@@ -20,10 +20,11 @@ judged by running it here with each version in turn.
 
 `--replay A:B --instructions` counts instead of timing: a child process decides the recorded
 calls under valgrind's cachegrind (`--cache-sim=no`), once with none of them and once with
-all, after the same warm-up calls, and the difference per call is printed. The count moves by
-about 0.3% from run to run whatever else the machine does (the host this was written on moved
-its wall times by 1.5x within an hour), so two versions of the core compare closely; it
-counts work, not cache misses. About a minute and a half for 120 calls.
+all, after the same warm-up calls, and the difference per call is printed. The count moved by
+about 0.3% from run to run on the host this was written on (which moved its wall times by
+1.5x within an hour), but by 3-4% on another (18.3-20.3 M for the same code, objects hashed
+by address): compare two versions of the core over several alternating counts, not one pair.
+It counts work, not cache misses. About a minute for 120 calls.
 
     .venv/bin/python benchmarks/sim_speed.py --replay 2000:2120 --instructions
 """

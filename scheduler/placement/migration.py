@@ -244,8 +244,6 @@ class _Room:
         self.gpu_free = {sid for sid, g in self.cap_g.items() if g - load[sid][0] > EPS}
         #: Where the jobs the room moved sit now.
         self.at: dict[int, tuple[_Piece, ...]] = {}
-        #: Job -> `_own`'s answer ("" while not asked yet).
-        self._owns: dict[int, str | None] = {}
 
     def plan(self) -> dict[int, Allocation]:
         """The plan laid out: the renamed one (`relabelled`'s, last round's very allocation
@@ -283,20 +281,15 @@ class _Room:
         for sid, pg, pc, pm in back:
             g, c, m = load.get(sid) or base[sid]
             load[sid] = (g + pg, c + pc, m + pm)
-        # A Fig. 9 round pins ~75 jobs, three in four by relocating exactly one job off `back`'s
-        # one server: that case reads no list it does not need.
-        home = (back[0][0],) if len(back) == 1 else tuple(t[0] for t in back)
+        home = [back[0][0]] if len(back) == 1 else [t[0] for t in back]
         avoid = set(home)
         for sid in home:
             lg, lc, lm = limit[sid]
             g, c, m = load[sid]
             if g <= lg and c <= lc and m <= lm:
                 continue
-            here = movable.get(sid)
-            if not here:
-                return False
             # Largest piece first, then the oldest job.
-            movers = sorted([(-shape[j][0], j) for j in here if j != jid and j not in changed])
+            movers = sorted([(-shape[j][0], j) for j in movable.get(sid, ()) if j != jid and j not in changed])
             for _, j in movers:
                 pg, pc, pm = shape[j]
                 dest = self._destination(j, pg, pc, pm, load, avoid)
@@ -322,11 +315,9 @@ class _Room:
             # `back` is `previous`'s GPUs server by server: never moving; a relocated one may be.
             if j != jid:
                 prev = previous.get(j)
-                sid, pg = pieces[0][0], pieces[0][1]
-                if prev is None or (prev.placements[0].server_id != sid or prev.placements[0].gpus != pg
-                                    if len(prev.placements) == 1 else _moves_to(prev.placements, sid, pg)):
+                if prev is None or _moves_to(prev.placements, pieces[0][0], pieces[0][1]):
                     free.add(j)
-                    movable[sid].add(j)  # relocated: single-piece
+                    movable[pieces[0][0]].add(j)  # relocated: single-piece
                     continue
             free.discard(j)
         base.update(load)
@@ -338,37 +329,24 @@ class _Room:
                 gpu_free.discard(sid)
         return True
 
-    def _own(self, jid: int) -> str | None:
-        """The server `jid` ran on last round when it ran on exactly one (its GPUs there)."""
-        own = self._owns.get(jid, "")
-        if own == "":
-            own = None
-            prev = self.previous.get(jid)
-            if prev is not None:
-                if len(prev.placements) == 1:
-                    own = prev.placements[0].server_id
-                else:
-                    old = list(gpu_map(prev.placements))
-                    own = old[0] if len(old) == 1 else None
-            self._owns[jid] = own
-        return own
-
     def _destination(self, jid: int, pg: int, pc: float, pm: float, load: dict[str, _Load],
                      avoid: set[str]) -> str | None:
         """Where a relocated piece (`pg` GPUs, `pc` CPUs, `pm` GB) goes: its own old server when
         it fits there, else best fit on GPUs among the servers of its GPU type outside `avoid`
         (ties: cluster order)."""
-        own = self._own(jid)
-        base, limit, cap_g, order = self.load, self.limit, self.cap_g, self.order
-        typed = self.typed
-        if typed:
-            cluster = self.cluster
-            gpu_type = cluster.gpu_type_of(self.pieces[jid][0][0])
+        prev = self.previous.get(jid)
+        own = None  # its old server, when it ran on exactly one
+        if prev is not None:
+            if len(prev.placements) == 1:
+                own = prev.placements[0].server_id
+            else:
+                old = list(gpu_map(prev.placements))
+                own = old[0] if len(old) == 1 else None
+        typed, cluster, base, limit, cap_g, order = (self.typed, self.cluster, self.load, self.limit, self.cap_g,
+                                                     self.order)
+        gpu_type = cluster.gpu_type_of(self.pieces[jid][0][0]) if typed else ""
         best, best_key = None, None
-        gpu_free = self.gpu_free
-        # The servers with a GPU free, then those the pin changed (a server it freed a GPU on);
-        # each once. The best key does not depend on the order; only `own` returns early.
-        for s in (*gpu_free, *(t for t in load if t not in gpu_free)):
+        for s in self.gpu_free | load.keys():
             if s in avoid or (typed and cluster.gpu_type_of(s) != gpu_type):
                 continue
             g, c, m = load.get(s) or base[s]
