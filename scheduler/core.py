@@ -116,6 +116,15 @@ class Scheduler:
         return replace(out, allocations=taken_back(plan, demands) if leftovers else plan), plan
 
 
+def preload() -> None:
+    """Import what the core loads on first use: scipy's assignment solver (placement's
+    relabelling and packing), 0.3-0.4 s of CPU. For a process about to decide rounds (the
+    daemon's decider worker, as it starts), so that the first round it decides does not pay
+    for it. The core imports it lazily so that the CLI, which loads its registry, never does.
+    """
+    import scipy.optimize  # noqa: F401
+
+
 def behind_running(ordered: Sequence[Job], last: frozenset[int], running: Mapping[int, Allocation]) -> list[Job]:
     """`ordered` with each job of `last` (stand-ins for jobs waiting for a profiling lease,
     `RoundInput.last`) that the policy ranks ahead of a job of `running` (last round's

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from synergy.scheduler.core import Scheduler
+from synergy.scheduler.core import Scheduler, preload
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.model import RoundInput, RoundOutput
 
@@ -83,6 +83,7 @@ def _serve(conn: Connection) -> None:
         os.nice(WORKER_NICENESS)
     except OSError:
         pass
+    preload()  # now, while the daemon decides the round that started it inline
     current: Scheduler | None = None
     while True:
         try:

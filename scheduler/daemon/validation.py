@@ -7,8 +7,11 @@ holding the daemon's memory hostage (the gRPC message limit catches the rest).
 
 from __future__ import annotations
 
+import enum
+import functools
 import math
 import re
+import sys
 from typing import Any, Iterable, Sequence
 
 from google.protobuf.message import Message
@@ -143,25 +146,65 @@ def measurements(msg: Message, field: str) -> None:
     >= 0, percentages <= 100, counts <= 2^53, a bandwidth figure with a known source.
 
     Walks the message's set fields, so fields added later are checked by the same rules.
+    Each heartbeat walks its node's telemetry and every task's usage: which rule a field gets
+    is worked out once per message type (`_measured_fields`), and a field's path is spelled
+    only for a nested message or an error.
     """
+    rules = _measured_fields(msg.DESCRIPTOR)
     for fd, value in msg.ListFields():
-        path = f"{field}.{fd.name}"
-        if fd.message_type is not None:
-            repeated = fd.is_repeated  # (fd.label is deprecated in protobuf 6)
-            items = value if repeated else [value]
-            for i, item in enumerate(items):
-                measurements(item, f"{path}[{i}]" if repeated else path)
-        elif fd.type in (fd.TYPE_DOUBLE, fd.TYPE_FLOAT):
-            _non_negative(value, path)
-            if (fd.name.endswith("_pct") or fd.name.endswith("avg10")) and value > 100:
-                raise InvalidArgument(path, f"is a percentage, at most 100, got {value}")
-        elif fd.type in (fd.TYPE_UINT64, fd.TYPE_UINT32, fd.TYPE_INT64, fd.TYPE_INT32):
+        rule = rules[fd.number]
+        if rule is _Measured.NUMBER:
+            if not (0 <= value <= _FLOAT_MAX):  # False for NaN too
+                _non_negative(value, f"{field}.{fd.name}")
+        elif rule is _Measured.PERCENT:
+            if not 0 <= value <= 100:
+                _non_negative(value, f"{field}.{fd.name}")
+                raise InvalidArgument(f"{field}.{fd.name}", f"is a percentage, at most 100, got {value}")
+        elif rule is _Measured.COUNT:
             if value < 0 or value > MAX_COUNTER:
-                raise InvalidArgument(path, f"{value} is out of range (0 to 2^53)")
-        elif fd.name == "source" and value not in BANDWIDTH_SOURCES:
-            raise InvalidArgument(path, f"must be 'resctrl' or 'estimate', got {_show(value)}")
+                raise InvalidArgument(f"{field}.{fd.name}", f"{value} is out of range (0 to 2^53)")
+        elif rule is _Measured.MESSAGE:
+            measurements(value, f"{field}.{fd.name}")
+        elif rule is _Measured.MESSAGES:
+            for i, item in enumerate(value):
+                measurements(item, f"{field}.{fd.name}[{i}]")
+        elif rule is _Measured.SOURCE and value not in BANDWIDTH_SOURCES:
+            raise InvalidArgument(f"{field}.{fd.name}", f"must be 'resctrl' or 'estimate', got {_show(value)}")
     if msg.DESCRIPTOR.name == "MemoryBandwidth" and msg.gb_per_s and not msg.source:
         raise InvalidArgument(f"{field}.source", "must say where the figure comes from ('resctrl' or 'estimate')")
+
+
+class _Measured(enum.Enum):
+    """The rule `measurements` applies to a field, by its type and name."""
+
+    NUMBER = "finite, >= 0"
+    PERCENT = "finite, 0 to 100"
+    COUNT = "0 to 2^53"
+    MESSAGE = "its fields by these rules"
+    MESSAGES = "each item's fields by these rules"
+    SOURCE = "a known bandwidth source"
+    FREE = "no rule"
+
+
+_FLOAT_MAX = sys.float_info.max
+
+
+@functools.cache
+def _measured_fields(descriptor: Any) -> dict[int, _Measured]:
+    """Field number -> rule, for one message type (cached: a type's fields never change)."""
+    rules = {}
+    for fd in descriptor.fields:
+        if fd.message_type is not None:
+            rule = _Measured.MESSAGES if fd.is_repeated else _Measured.MESSAGE  # (fd.label: deprecated in protobuf 6)
+        elif fd.type in (fd.TYPE_DOUBLE, fd.TYPE_FLOAT):
+            pct = fd.name.endswith("_pct") or fd.name.endswith("avg10")
+            rule = _Measured.PERCENT if pct else _Measured.NUMBER
+        elif fd.type in (fd.TYPE_UINT64, fd.TYPE_UINT32, fd.TYPE_INT64, fd.TYPE_INT32):
+            rule = _Measured.COUNT
+        else:
+            rule = _Measured.SOURCE if fd.name == "source" else _Measured.FREE
+        rules[fd.number] = rule
+    return rules
 
 
 def throttle(msg: Message, field: str) -> None:
@@ -184,7 +227,10 @@ def log_chunks(chunks: Sequence[Any]) -> None:
 
 
 def count(items: Iterable[object], field: str, limit: int) -> None:
-    n = sum(1 for _ in items)
+    try:
+        n = len(items)  # type: ignore[arg-type]
+    except TypeError:  # an iterable without a length
+        n = sum(1 for _ in items)
     if n > limit:
         raise InvalidArgument(field, f"has {n} entries, at most {limit} allowed")
 

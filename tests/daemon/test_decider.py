@@ -4,6 +4,8 @@ when the worker dies."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -90,3 +92,21 @@ def test_inline_is_only_chosen_on_request(log: logging.Logger) -> None:
     chosen = from_env(None, log)
     assert isinstance(chosen, ProcessDecider) and chosen._worker is None  # started on the first large round
     chosen.close()
+
+
+def test_the_worker_loads_the_cores_lazy_imports_before_its_first_round() -> None:
+    """The core imports scipy's solver on first use (0.3-0.4 s of CPU); the worker loads it
+    as it starts, so its first round does not pay for it. Run as the worker runs: `_serve`
+    on a pipe the daemon has already closed (it returns at the first `recv`)."""
+    code = (
+        "import multiprocessing, sys\n"
+        "from synergy.scheduler.daemon.decider import _serve\n"
+        "assert 'scipy.optimize' not in sys.modules\n"
+        "ours, theirs = multiprocessing.Pipe()\n"
+        "ours.close()\n"
+        "_serve(theirs)\n"
+        "print('scipy.optimize' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

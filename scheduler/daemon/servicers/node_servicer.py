@@ -25,8 +25,10 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         out = []
         for i, t in enumerate(tasks):
             validation.text(t.message, f"tasks[{i}].message", 64 * 1024)
-            validation.measurements(t.usage, f"tasks[{i}].usage")
-            validation.throttle(t.throttle, f"tasks[{i}].throttle")
+            if t.HasField("usage"):
+                validation.measurements(t.usage, f"tasks[{i}].usage")
+            if t.HasField("throttle"):
+                validation.throttle(t.throttle, f"tasks[{i}].throttle")
             validation.count(t.cores, f"tasks[{i}].cores", validation.MAX_CORES_PER_NODE)
             task = convert.task_from_msg(t, node_id)
             if task is None:
