@@ -137,17 +137,32 @@ class Stats:
     #: --timeline and --attribute (the daemon's log has wall-clock timestamps).
     samples: list[tuple[float, float, float]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
+    #: (RPC, status code) -> (count, the first message): what failed, printed under the table.
+    why: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     setup: dict[str, list[float]] = field(default_factory=dict)
 
-    def record(self, kind: str, seconds: float, ok: bool) -> None:
+    def record(self, kind: str, seconds: float, ok: bool, error: BaseException | None = None) -> None:
         if not ok:
             if self.measuring:
                 self.errors[kind] = self.errors.get(kind, 0) + 1
+                code, message = _error(error)
+                n, first = self.why.get((kind, code), (0, message))
+                self.why[(kind, code)] = (n + 1, first)
             return
         target = self.latencies if self.measuring else self.setup
         target.setdefault(kind, []).append(seconds * 1e3)
         if self.measuring:
             self.samples.append((time.monotonic(), seconds * 1e3, time.time()))
+
+
+def _error(exc: BaseException | None) -> tuple[str, str]:
+    """A failed call's status code (or exception type) and message, for the error summary."""
+    if isinstance(exc, grpc.RpcError):
+        code = exc.code()
+        return (code.name if code is not None else "UNKNOWN"), " ".join(str(exc.details() or "").split())[:160]
+    if exc is None:
+        return "UNKNOWN", ""
+    return type(exc).__name__, " ".join(str(exc).split())[:160]
 
 
 def md(token: str) -> tuple[tuple[str, str], ...]:
@@ -160,7 +175,7 @@ async def timed(stats: Stats, kind: str, call, request, token: str):
     try:
         reply = await call(request, metadata=md(token), timeout=RPC_TIMEOUT_S)
     except grpc.RpcError as exc:
-        stats.record(kind, time.perf_counter() - t0, ok=False)
+        stats.record(kind, time.perf_counter() - t0, ok=False, error=exc)
         return exc
     stats.record(kind, time.perf_counter() - t0, ok=True)
     return reply
@@ -195,10 +210,10 @@ class SimJob:
                 raise StreamBroken("the daemon ended the stream")
             reply = stream_answer(answer)
         except StreamRefused as exc:  # this message refused; the stream goes on
-            self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False)
+            self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False, error=exc)
             return exc
-        except (grpc.RpcError, StreamBroken, asyncio.TimeoutError):
-            self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False)
+        except (grpc.RpcError, StreamBroken, asyncio.TimeoutError) as exc:
+            self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False, error=exc)
             self.stream, broken = None, self.stream
             if broken is not None:
                 broken.cancel()
@@ -465,6 +480,8 @@ def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
     print(f"{'all':<18}{len(everything):>8}{len(everything) / window:>9.0f}{percentile(everything, .5):>9.2f}"
           f"{percentile(everything, .9):>9.2f}{percentile(everything, .99):>9.2f}"
           f"{(everything[-1] if everything else float('nan')):>9.2f}{errors:>8}")
+    for (kind, code), (n, first) in sorted(stats.why.items()):
+        print(f"  errors: {kind} {code} x{n}" + (f" (first: {first})" if first else ""))
     p99 = percentile(everything, .99)
     verdict = "met" if p99 <= TARGET_P99_MS else "NOT met"
     print(f"\ntarget p99 <= {TARGET_P99_MS:g} ms: {verdict} (p99 {p99:.2f} ms)")

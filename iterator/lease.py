@@ -43,6 +43,9 @@ from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc
 log = logging.getLogger("synergy.iterator")
 
 _RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: After the daemon refused a renewal stream for want of room (--max-renewal-streams), renew
+#: by RenewLease calls this long before asking again: not a refused stream per renewal.
+STREAMS_FULL_RETRY_S = 300.0
 
 
 def say(msg: str) -> None:
@@ -63,6 +66,9 @@ class LeaseKeeper:
         self.streamed = streamed
         self._stream: MessageStream | None = None
         self.streams_opened = 0
+        #: Monotonic time before which no stream is asked for: the daemon had no room for one.
+        self._streams_full_until = 0.0
+        self.streams_full_retry_s = STREAMS_FULL_RETRY_S
         #: Job-wide completed steps; written by the training thread only.
         self.step = env.resume_step
         #: 0 = keep going; otherwise the last step to run before checkpointing (this thread writes).
@@ -155,13 +161,17 @@ class LeaseKeeper:
 
     def renew(self, request: job_pb2.RenewLeaseRequest) -> Any:
         """One renewal: a message on the stream, or RenewLease when the stream is off or broke."""
-        if self.streamed and not self._closed.is_set():
+        if self.streamed and time.monotonic() >= self._streams_full_until and not self._closed.is_set():
             try:
                 return self._guarded(self._exchange, request)
             except StreamBroken as exc:
                 if exc.code == grpc.StatusCode.UNIMPLEMENTED:
                     self.streamed = False
                     log.info("the daemon has no RenewLeaseStream: renewing with RenewLease calls")
+                elif exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    self._streams_full_until = time.monotonic() + self.streams_full_retry_s
+                    log.info("the daemon has no room for another renewal stream (%s): renewing with RenewLease "
+                             "calls, a stream again in %g s", exc, self.streams_full_retry_s)
                 else:
                     log.info("renewal stream broken (%s): renewing with RenewLease, a new stream next time", exc)
             except grpc.RpcError as exc:  # this message refused (StreamRefused); the stream goes on

@@ -73,6 +73,10 @@ class DaemonConfig:
     #: Periodic checkpoints of jobs that set none themselves (spec.checkpoint_every_s); 0 = none.
     checkpoint_every_s: float = 0.0
     max_message_mb: float = 4.0
+    #: Renewal streams open at once (one per running job rank; RenewLeaseStream). Beyond it a
+    #: job renews by unary calls; gRPC's own limit on concurrent calls is this plus
+    #: `server.CALL_HEADROOM`, so heartbeats and other calls always find room.
+    max_renewal_streams: int = 32768
     log_level: str = "info"
     log_format: str = "json"
     #: What runs the jobs: "agent" (synergy-agent on every node) or "slurm" (docs/slurm.md).
@@ -192,6 +196,9 @@ HELP: dict[str, str] = {
     "set no checkpoint_every_s of their own (default 0: none; 1 to 604800)",
     "max_message_mb": f"largest gRPC message accepted, in MiB, {MAX_MESSAGE_MB_RANGE[0]} to "
     f"{MAX_MESSAGE_MB_RANGE[1]} (default 4)",
+    "max_renewal_streams": "renewal streams open at once, one per running job rank (default 32768, 1 to 1000000); "
+    "beyond it a job renews by separate calls; gRPC admits this many calls at once plus 8192 for heartbeats "
+    "and everything else",
     "log_level": "debug, info, warning or error (default info)",
     "log_format": "json (one object per line, default) or text",
     "backend": "what runs the jobs: agent (synergy-agent on every node, the default) or slurm (a Slurm partition "
@@ -321,6 +328,8 @@ def _validate(c: DaemonConfig) -> None:
         rules.checkpoint_every_s(c.checkpoint_every_s, "--checkpoint-every-s")
     except SpecError as exc:
         raise ConfigError(str(exc)) from None
+    if not 1 <= c.max_renewal_streams <= 1_000_000:
+        raise ConfigError(f"--max-renewal-streams must be from 1 to 1000000, got {c.max_renewal_streams}")
     low, high = MAX_MESSAGE_MB_RANGE
     if not (math.isfinite(c.max_message_mb) and low <= c.max_message_mb <= high):
         raise ConfigError(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from synergy.scheduler.daemon.clock import Clock
+from synergy.scheduler.daemon import collector
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.jobs import JobBook
 from synergy.scheduler.daemon.leases import LeaseBook
@@ -168,6 +169,21 @@ class GaugeEvent(PeriodicEvent):
 
     def run(self) -> None:
         refresh_gauges(self.parts)
+
+
+class GcSweepEvent(PeriodicEvent):
+    """Once an hour, the garbage collector walks everything it froze (collector.py): cycles
+    among objects frozen since are freed. A pause of a full walk (0.4-0.8 s at 10,000 jobs)."""
+
+    name = "gc-sweep"
+    slow_s = 5.0  # the walk is the point: logged as slow only beyond this
+
+    @property
+    def interval_s(self) -> float:
+        return collector.SWEEP_S
+
+    def run(self) -> None:
+        collector.sweep()
 
 
 def refresh_gauges(parts: Parts) -> None:

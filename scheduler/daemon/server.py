@@ -32,6 +32,8 @@ SERVICE_NAMES = tuple(
     for m, n in ((admin_pb2, "AdminService"), (job_pb2, "JobService"), (node_pb2, "NodeService"))
 )
 T = TypeVar("T")
+#: Calls admitted at once beside the renewal streams (heartbeats, unary renewals, admin).
+CALL_HEADROOM = 8192
 #: Wraps one method's handler (full method name "/package.Service/Method") at registration.
 Guard = Callable[[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler]
 
@@ -128,7 +130,9 @@ async def build(
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),  # a second daemon must fail to bind, not share the port
         ],
-        maximum_concurrent_rpcs=8192,
+        # Every running job rank holds a renewal stream open (one concurrent call each):
+        # sized from them, with room for the rest, or at 8,192 ranks the heartbeats were refused.
+        maximum_concurrent_rpcs=config.max_renewal_streams + CALL_HEADROOM,
     )
     guarded: Any = _Guarded(server, guards)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, guarded)

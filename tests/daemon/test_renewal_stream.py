@@ -212,3 +212,54 @@ def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_resta
         keeper.close()
         beats_end.set()
         beating.join()
+
+
+def test_streams_beyond_the_limit_are_refused_and_the_job_renews_by_calls(start_daemon) -> None:
+    """Each running rank holds its stream open, one concurrent call each: gRPC's limit on
+    concurrent calls (8,192 before) refused every heartbeat once 8,192 ranks streamed
+    (daemon_load.py at 10,000 jobs: nodes lost, jobs requeued). Streams are capped by
+    --max-renewal-streams, below gRPC's limit: the one beyond is refused RESOURCE_EXHAUSTED
+    (the wrap then renews by RenewLease), heartbeats go on, and a closed stream frees its place."""
+    d = start_daemon("--max-renewal-streams", "1", round_s=1)
+    admin = d.admin()
+    ch = channel(d.address)
+    try:
+        node, (a, b) = launch(d, admin, "capped-node", ["capped-a", "capped-b"])
+        stub = job_pb2_grpc.JobServiceStub(ch)
+        first = MessageStream(stub.RenewLeaseStream, md(a.job_token))
+        assert stream_answer(first.exchange(renewal(a, 1))).action == job_pb2.LEASE_ACTION_CONTINUE
+        second = MessageStream(stub.RenewLeaseStream, md(b.job_token))
+        with pytest.raises(StreamBroken) as refused:
+            second.exchange(renewal(b, 1))
+        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-renewal-streams" in str(refused.value)
+        unary = stub.RenewLease(renewal(b, 2), metadata=md(b.job_token), timeout=5)
+        assert unary.action == job_pb2.LEASE_ACTION_CONTINUE
+        node.heartbeat()
+        # The job's wrap: one refused stream, then calls (not a refused stream per renewal).
+        keeper = LeaseKeeper(JobEnv(job_id=b.ref.job_id, attempt=b.ref.attempt, rank=0, world_size=1,
+                                    daemon_address=d.address, job_token=b.job_token), samples_per_step=1)
+        for _ in range(4):
+            assert keeper.renew(renewal(b, 4)).action == job_pb2.LEASE_ACTION_CONTINUE
+        assert keeper.streams_opened == 1 and keeper.streamed
+        keeper.close()
+        first.close()
+
+        def second_streams() -> bool:
+            s = MessageStream(stub.RenewLeaseStream, md(b.job_token))
+            try:
+                return stream_answer(s.exchange(renewal(b, 3))).action == job_pb2.LEASE_ACTION_CONTINUE
+            except StreamBroken:
+                return False
+            finally:
+                s.close()
+
+        wait_for(second_streams, what="the closed stream's place to be free")
+    finally:
+        ch.close()
+        admin.close()
+
+
+def test_the_stream_limit_is_checked_at_start(start_daemon) -> None:
+    with pytest.raises(AssertionError, match="--max-renewal-streams must be from 1 to 1000000, got 0"):
+        start_daemon("--max-renewal-streams", "0")
