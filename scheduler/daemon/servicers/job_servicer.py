@@ -111,7 +111,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         assert task is not None
         limit = self.ctx.config.max_renewal_streams
         if len(self._streams) >= limit:
-            # The job's wrap renews by RenewLease instead (common/channel.py), as when a stream breaks.
+            # The job's wrap renews by RenewLease calls instead, for a while (iterator/lease.py).
             self.ctx.metrics.rpc_errors.labels("RenewLeaseStream", grpc.StatusCode.RESOURCE_EXHAUSTED.name).inc()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"{limit} renewal streams are open (--max-renewal-streams); renew with RenewLease")
