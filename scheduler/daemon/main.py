@@ -22,7 +22,6 @@ from synergy.scheduler.daemon.app import App
 from synergy.scheduler.daemon.config import ConfigError, load_config
 from synergy.scheduler.daemon import collector
 from synergy.scheduler.daemon.events import (
-    GaugeEvent,
     GcSweepEvent,
     LeaseExpiryEvent,
     NodeLivenessEvent,
@@ -35,8 +34,7 @@ from synergy.scheduler.daemon.server import BindError
 from synergy.scheduler.profiles.format import ProfileError
 from synergy.scheduler.statedir import DatabaseDamaged, StateDirError, is_corruption
 
-EVENTS = (RoundEvent, ProfilingEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, GaugeEvent,
-          GcSweepEvent)
+EVENTS = (RoundEvent, ProfilingEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, GcSweepEvent)
 
 
 class Exit(enum.IntEnum):
