@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from synergy.scheduler.daemon.clock import Clock
 from synergy.scheduler.daemon import collector
@@ -115,41 +115,42 @@ class NodeLivenessEvent(PeriodicEvent):
 class ProgressFlushEvent(PeriodicEvent):
     """Persists steps, throughput and GPU-seconds that renewals keep in memory.
 
-    Every running job is flushed once per `min(60, round)` seconds, a tenth of them (by job
-    id) each tenth of that: flushing a thousand jobs at once held the state lock and the
-    interpreter for 50-100 ms, and the RPCs in flight meanwhile were the slowest 1% of the
-    load benchmark. `flush_all` (at shutdown) flushes every job.
+    Every running job is flushed once per `min(60, round)` seconds, a slice of them (by job
+    id) at a time: ten slices, more where a tenth would exceed `MAX_SLICE` jobs, spread evenly
+    over that period. The records are worked out without the state lock and saved under it a
+    hundred at a time (`JobBook.flush_progress`). A thousand jobs flushed at once under the lock
+    held it and the interpreter for 50-100 ms, and the RPCs in flight meanwhile were the
+    slowest 1% of the load benchmark; without the lock, the work still takes the interpreter
+    from the gRPC loop for as long as it runs, hence the cap. When the slice count changes
+    (the running jobs crossed a multiple of `MAX_SLICE`), a job may wait one period more.
+    `flush_all` (at shutdown) flushes every job.
     """
 
     name = "progress-flush"
     SLICES = 10
+    MAX_SLICE = 200
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
         self._slice = 0
 
     @property
+    def slices(self) -> int:
+        return max(self.SLICES, -(-len(self.ctx.live.jobs) // self.MAX_SLICE))
+
+    @property
     def interval_s(self) -> float:
-        return min(60.0, self.ctx.config.round_s) / self.SLICES
+        return min(60.0, self.ctx.config.round_s) / self.slices
 
     def run(self) -> None:
-        k, self._slice = self._slice, (self._slice + 1) % self.SLICES
-        self._flush(lambda job_id: job_id % self.SLICES == k)
+        n = self.slices
+        k = self._slice % n
+        self._slice = (k + 1) % n
+        # Only jobs with a live entry have anything to flush; list() copies the keys at once.
+        self.parts.jobs.flush_progress(sorted(i for i in list(self.ctx.live.jobs) if i % n == k))
 
     def flush_all(self) -> None:
-        self._flush(lambda job_id: True)
-
-    def _flush(self, chosen: Callable[[int], bool]) -> None:
-        ctx, jobs = self.ctx, self.parts.jobs
-        with ctx.lock:
-            changes = []
-            for job in ctx.store.active_jobs():
-                if job.placed and chosen(job.id):
-                    new = jobs.with_progress(job)
-                    if new != job:
-                        changes.append((job, new))
-            if changes:
-                ctx.store.save_progress(new for _, new in changes)
+        self.parts.jobs.flush_progress(sorted(self.ctx.live.jobs))
 
 
 class GcSweepEvent(PeriodicEvent):

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 from synergy.scheduler.daemon import validation
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import AlreadyExists, FailedPrecondition, NotFound
-from synergy.scheduler.daemon.live import ObservedTask
+from synergy.scheduler.daemon.live import JobLive, ObservedTask
 from synergy.scheduler.daemon.logs import event
 from synergy.scheduler.daemon.records import AdminState, JobRecord, JobSpec, JobState, Transition, placed_on
 from synergy.scheduler.model import EPS, Placement
@@ -79,26 +79,62 @@ class JobBook:
         """(steps done, samples/s, GPU-seconds) with what renewals reported since the last save;
         None when there is nothing live to add."""
         live = self.ctx.live.jobs.get(job.id)
-        if not job.placed or live is None or live.attempt != job.attempt:
+        if live is None:
             return None
-        gpus = sum(p.gpus for p in job.placements)
-        elapsed = max(0.0, self.ctx.clock.now() - live.accrued_to)
-        return max(job.steps_done, live.step), live.samples_per_s, job.attained_gpu_s + gpus * elapsed
+        return _progress(job, live, live.accrued_to, self.ctx.clock.now())
 
     def view(self, job: JobRecord) -> JobRecord:
         """`job` with the live progress (steps, throughput, GPU-seconds) folded in, unsaved."""
         now = self.progress(job)
         if now is None:
             return job
-        return replace(job, steps_done=now[0], samples_per_s=now[1], attained_gpu_s=now[2])
+        return job.with_progress(*now)
 
-    def with_progress(self, job: JobRecord) -> JobRecord:
-        """Like `view`, and marks the GPU-seconds as counted (call only before saving)."""
-        out = self.view(job)
+    def with_progress(self, job: JobRecord, now: float | None = None) -> JobRecord:
+        """Like `view`, and marks the GPU-seconds as counted (call only before saving). `now`:
+        the time of the transition it goes with, so GPU-seconds end where its history does."""
         live = self.ctx.live.jobs.get(job.id)
-        if out is not job and live is not None:
-            live.accrued_to = self.ctx.clock.now()
-        return out
+        if live is None:
+            return job
+        now = self.ctx.clock.now() if now is None else now
+        p = _progress(job, live, live.accrued_to, now)
+        if p is None:
+            return job
+        live.accrued_to = max(live.accrued_to, now)
+        return job.with_progress(*p)
+
+    def flush_progress(self, job_ids: Iterable[int], batch: int = 100) -> int:
+        """Persist what renewals reported (steps, throughput, GPU-seconds) for these jobs;
+        returns how many records were saved.
+
+        The new records are worked out without the state lock; the lock is then taken for
+        `batch` jobs at a time, only to check that each record and its live entry are still
+        the ones read (a job changed meanwhile folded its progress in itself and is left to
+        the next flush) and to save them. Worked out under the lock, a tenth of 10,000 jobs
+        held it for 50 ms (issue 17)."""
+        ctx = self.ctx
+        now = ctx.clock.now()
+        ready: list[tuple[JobRecord, JobRecord, JobLive, float]] = []
+        for job_id in job_ids:
+            job, live = ctx.store.job(job_id), ctx.live.jobs.get(job_id)
+            if job is None or live is None:
+                continue
+            accrued = live.accrued_to
+            p = _progress(job, live, accrued, now)
+            if p is not None and p != (job.steps_done, job.samples_per_s, job.attained_gpu_s):
+                ready.append((job, job.with_progress(*p), live, accrued))
+        saved = 0
+        for i in range(0, len(ready), batch):
+            with ctx.lock:
+                keep = []
+                for job, new, live, accrued in ready[i:i + batch]:
+                    if (ctx.store.job(job.id) is job and ctx.live.jobs.get(job.id) is live
+                            and live.accrued_to == accrued):
+                        live.accrued_to = now
+                        keep.append(new)
+                ctx.store.save_progress(keep)
+                saved += len(keep)
+        return saved
 
     # -- admission ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, by: str = "") -> JobRecord:
@@ -150,7 +186,7 @@ class JobBook:
                 raise FailedPrecondition(f"job {job.id} already ended ({job.state.value}); nothing to cancel")
             now = ctx.clock.now()
             who = f" by {by}" if by else ""
-            new = self.with_progress(job).to(JobState.CANCELLED, f"cancelled{who}: {reason or 'no reason given'}", now)
+            new = self.with_progress(job, now).to(JobState.CANCELLED, f"cancelled{who}: {reason or 'no reason given'}", now)
             ctx.save_jobs([(job, new)])
             ctx.profiles.forget(job.id)
             event(ctx.log, "job.cancelled", job=job.id, reason=reason, by=by)
@@ -249,7 +285,7 @@ class JobBook:
         if job.state == JobState.PROFILING:
             return self._profiling_ended(job, reason, now)
         nxt, packed = job.next_placements, job.next_packed_with
-        job = self.with_progress(job)
+        job = self.with_progress(job, now)
         if lost:  # what it trained since its last checkpoint is gone; the history says how much
             reason += (f"; resumes from the checkpoint of step {job.checkpoint_step}"
                        if job.checkpoint_path else "; no checkpoint: restarts from the beginning")
@@ -265,7 +301,7 @@ class JobBook:
         return replace(job, next_placements=(), next_packed_with=0)
 
     def _profiling_ended(self, job: JobRecord, reason: str, now: float) -> JobRecord:
-        job = self.with_progress(job)
+        job = self.with_progress(job, now)
         self.ctx.live.jobs.pop(job.id, None)
         if job.profiled:
             event(self.ctx.log, "job.profiled", job=job.id, reason=reason)
@@ -310,7 +346,7 @@ class JobBook:
         if code == 0:
             if others_running:
                 return None
-            return self.with_progress(job).to(JobState.SUCCEEDED, "every process exited 0", now, exit_code=0)
+            return self.with_progress(job, now).to(JobState.SUCCEEDED, "every process exited 0", now, exit_code=0)
         if code == LAUNCH_FAILED and message.startswith(f"launch failed: {IMPOSSIBLE_PLACEMENT}"):
             # The node could not hold what the daemon placed (its cores or GPUs were not free
             # as counted): the daemon's mistake, not the job's. Back to the queue, saying so.
@@ -321,7 +357,7 @@ class JobBook:
         detail = f": {message}" if message else ""
         # The agent says OOM as a flag: the reason never depends on the wording of its message.
         how = "was killed by its memory limit (OOM)" if oom_killed else f"exited with code {code}"
-        return self.with_progress(job).to(
+        return self.with_progress(job, now).to(
             JobState.FAILED, f"rank {rank} on node {node_id} {how}{detail}", now, exit_code=code
         )
 
@@ -347,3 +383,12 @@ class JobBook:
         node = self.ctx.store.node(node_id)
         live = self.ctx.live.nodes.get(node_id)
         return node is not None and node.admin_state != AdminState.DRAINING and live is not None and not live.lost
+
+
+def _progress(job: JobRecord, live: JobLive, accrued_to: float, now: float) -> tuple[int, float, float] | None:
+    """(steps done, samples/s, GPU-seconds) of `job` at `now`, its GPU-seconds counted up to
+    `accrued_to`; None when the live entry is not of the job's placed attempt."""
+    if not job.placed or live.attempt != job.attempt:
+        return None
+    gpus = sum(p.gpus for p in job.placements)
+    return max(job.steps_done, live.step), live.samples_per_s, job.attained_gpu_s + gpus * max(0.0, now - accrued_to)
