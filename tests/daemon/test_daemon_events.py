@@ -218,3 +218,33 @@ def test_many_running_jobs_are_flushed_in_more_slices_of_at_most_max_slice(monke
         flushed_by_run.append({jid for jid in after if after[jid] != before[jid]})
     assert max(len(s) for s in flushed_by_run) <= 2
     assert sorted(jid for s in flushed_by_run for jid in s) == sorted(stored_steps(logic))
+
+
+class _TickingClock(ManualClock):
+    """A clock that moves a millisecond each time it is read, as a real one moves between
+    two reads inside one handler."""
+
+    def now(self) -> float:
+        return self.advance(0.001)
+
+
+@pytest.mark.parametrize("end", ["completion", "cancel"])
+def test_gpu_seconds_end_where_the_history_does(end: str) -> None:
+    """The last fold of a job's progress counts GPU-seconds up to its final transition's own
+    time, not a later read of the clock: with the flush counting exactly, a job's GPU-seconds
+    read past its run in the history (a lifecycle test failed once this way)."""
+    config = DaemonConfig(state_dir=Path("unused"), round_s=10, lease_grace_s=5, node_timeout_s=6)
+    logic = Logic.build(DaemonContext(config, _TickingClock(), MemoryStore(), ProfileBook({})))
+    logic.nodes.register(NodeRecord("n", "n", Resources(2, 8, 128), Resources()), [])
+    jid = logic.jobs.submit(JobSpec(name="j", command=("train",), gpus=2, profiler="none")).id
+    logic.rounds.apply(logic.rounds.plan())
+    logic.leases.register_process(jid, jid, 1, 0, 1)
+    logic.leases.renew(jid, jid, 1, 0, step=10, samples_per_s=10, steps_per_s=1)
+    ProgressFlushEvent(logic).flush_all()
+    if end == "completion":
+        logic.leases.report_completion(jid, jid, 1, True, 20, "")
+    else:
+        logic.jobs.cancel(jid, "test")
+    job = logic.jobs.get(jid)
+    ran = job.history[-1].at_s - next(t.at_s for t in job.history if t.to_state == JobState.RUNNING)
+    assert 0 < job.attained_gpu_s <= 2 * ran
