@@ -103,9 +103,8 @@ class JobBook:
         live.accrued_to = max(live.accrued_to, now)
         return job.with_progress(*p)
 
-    def flush_progress(self, job_ids: Iterable[int], batch: int = 100) -> int:
-        """Persist what renewals reported (steps, throughput, GPU-seconds) for these jobs;
-        returns how many records were saved.
+    def flush_progress(self, job_ids: Iterable[int], batch: int = 100) -> None:
+        """Persist what renewals reported (steps, throughput, GPU-seconds) for these jobs.
 
         The new records are worked out without the state lock; the lock is then taken for
         `batch` jobs at a time, only to check that each record and its live entry are still
@@ -123,7 +122,6 @@ class JobBook:
             p = _progress(job, live, accrued, now)
             if p is not None and p != (job.steps_done, job.samples_per_s, job.attained_gpu_s):
                 ready.append((job, job.with_progress(*p), live, accrued))
-        saved = 0
         for i in range(0, len(ready), batch):
             with ctx.lock:
                 keep = []
@@ -132,9 +130,8 @@ class JobBook:
                             and live.accrued_to == accrued):
                         live.accrued_to = now
                         keep.append(new)
-                ctx.store.save_progress(keep)
-                saved += len(keep)
-        return saved
+                if keep:  # an empty save would still drop the memory store's sorted view
+                    ctx.store.save_progress(keep)
 
     # -- admission ------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, by: str = "") -> JobRecord:
