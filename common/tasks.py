@@ -8,8 +8,9 @@ TaskState in protos/synergy/v1/node.proto), so both import them from here.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Protocol
+
+from synergy.common.values import ordered_value
 
 
 #: Exit code an agent reports for a task that could not be started (like a shell's
@@ -41,7 +42,7 @@ class _Ref(Protocol):
     rank: int
 
 
-@dataclass(frozen=True, order=True)
+@ordered_value
 class TaskKey:
     """One task = one attempt of one job on one node (its node rank)."""
 
@@ -56,3 +57,7 @@ class TaskKey:
     def of(cls, ref: _Ref) -> TaskKey:
         """From a `TaskRef` message (or anything with the three fields)."""
         return cls(int(ref.job_id), int(ref.attempt), int(ref.rank))
+
+
+#: Value objects (synergy.common.values): never assigned after they are built.
+VALUE_TYPES: tuple[type, ...] = (TaskKey,)

@@ -12,6 +12,7 @@ from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from synergy.common.values import value
 from synergy.scheduler.profiles.format import SensitivityProfile
 
 #: Tolerance for floating-point resource comparisons (CPUs and GB are fractional when a
@@ -19,11 +20,7 @@ from synergy.scheduler.profiles.format import SensitivityProfile
 EPS = 1e-6
 
 
-#: A value object (`VALUE_TYPES`): compared and hashed by value, never assigned after it is built.
-_value = dataclass(slots=True, unsafe_hash=True)
-
-
-@_value
+@value
 class Resources:
     """A vector along the three dimensions Synergy arbitrates."""
 
@@ -250,7 +247,7 @@ class Job:
         return max(0.0, self.iterations - self.done_iterations)
 
 
-@_value
+@value
 class Placement:
     """The share of one job on one server."""
 
@@ -264,7 +261,7 @@ class Placement:
         return Resources(self.gpus, self.cpus, self.mem_gb)
 
 
-@_value
+@value
 class Allocation:
     job_id: int
     placements: tuple[Placement, ...]
@@ -308,13 +305,10 @@ class Allocation:
         return Allocation(self.job_id, placements, self.packed_with)
 
 
-#: The core's value objects. A round hands the next its allocations, and an allocation that
-#: did not change is last round's very object, so none is ever assigned after it is built.
-#: They are not `frozen=True` dataclasses: CPython builds a frozen one through
-#: `object.__setattr__`, field by field (a `Placement`: 7,550 instructions against 2,477
-#: for plain slots), and a Fig. 9 round builds about 340 of them: a tenth of the
-#: simulator's work (docs/simulator.md). The test suite makes them write-once instead (tests/conftest.py),
-#: so an assignment anywhere a test reaches fails CI.
+#: The core's value objects (synergy.common.values). A round hands the next its allocations,
+#: and an allocation that did not change is last round's very object, so none is ever
+#: assigned after it is built. A Fig. 9 round builds about 340 `Placement`s: as frozen
+#: dataclasses they were a tenth of the simulator's work (docs/simulator.md).
 VALUE_TYPES: tuple[type, ...] = (Resources, Placement, Allocation)
 
 

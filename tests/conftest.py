@@ -17,7 +17,12 @@ from typing import Callable, Iterator
 import pytest
 from synergyd_harness import DaemonProcess, FakeAgent
 
-from synergy.scheduler.model import VALUE_TYPES
+from synergy.common import tasks
+from synergy.scheduler import model
+from synergy.scheduler.daemon import leases, live
+
+#: Every value object (synergy.common.values), by the modules that define them.
+VALUE_TYPES = model.VALUE_TYPES + tasks.VALUE_TYPES + live.VALUE_TYPES + leases.VALUE_TYPES
 
 
 def _write_once(self: object, name: str, value: object) -> None:
@@ -35,9 +40,9 @@ def _no_delete(self: object, name: str) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The core's value objects are not frozen dataclasses at run time (a frozen one takes
-    three times the instructions to build, synergy.scheduler.model.VALUE_TYPES): under test
-    they are write-once, so code that assigns to one fails here as it would with `frozen=True`."""
+    """Value objects are not frozen dataclasses at run time (a frozen one takes three times
+    the instructions to build, synergy.common.values): under test they are write-once, so
+    code that assigns to one fails here as it would with `frozen=True`."""
     for cls in VALUE_TYPES:
         cls.__setattr__ = _write_once  # type: ignore[method-assign,assignment]
         cls.__delattr__ = _no_delete  # type: ignore[method-assign,assignment]

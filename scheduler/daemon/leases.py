@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, replace
+import sys
+from dataclasses import replace
 from typing import Any, Mapping
 
+from synergy.common.values import value
 from synergy.scheduler.daemon import periodic
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.errors import FailedPrecondition, InvalidArgument, PermissionDenied
@@ -25,6 +27,8 @@ from synergy.scheduler.placement.profiling import SUB_CORE_POINTS
 from synergy.scheduler.daemon.records import JobRecord, JobState, placed_on
 from synergy.scheduler.tasks import TaskKey
 
+_FLOAT_MAX = sys.float_info.max
+
 
 class LeaseAction(str, enum.Enum):
     CONTINUE = "continue"
@@ -32,8 +36,10 @@ class LeaseAction(str, enum.Enum):
     TERMINATE = "terminate"
 
 
-@dataclass(frozen=True)
+@value
 class Renewal:
+    """The answer to one renewal: a value object (synergy.common.values), a thousand a second."""
+
     action: LeaseAction
     job: JobRecord
     expires_at: float = 0.0
@@ -43,6 +49,10 @@ class Renewal:
     in_force: ObservedTask | None = None
     #: A periodic checkpoint after this step (0 = none due; periodic.py).
     checkpoint_at_step: int = 0
+
+
+#: Value objects (synergy.common.values): never assigned after they are built.
+VALUE_TYPES: tuple[type, ...] = (Renewal,)
 
 
 class LockBusy(Exception):
@@ -55,6 +65,8 @@ class LeaseBook:
         self.jobs = jobs
         #: When `expire` last scanned, and the earliest time a job it saw can lapse.
         self._scanned_at = self._next_scan = 0.0
+        #: The renewal counter's child per action (looking a label up takes a lock each time).
+        self._counted = {a: ctx.metrics.lease_renewals.labels(a.value) for a in LeaseAction}
 
     def _own(self, caller: int, job_id: int) -> JobRecord:
         if caller != job_id:
@@ -116,27 +128,28 @@ class LeaseBook:
         (CacheStats in common.proto), kept live for describe. `wait=False`: raise LockBusy
         rather than wait when the answer needs the state lock and another thread holds it (the
         gRPC loop must not block: the caller retries off the loop with `wait=True`)."""
-        for name, v in (("samples_per_s", samples_per_s), ("steps_per_s", steps_per_s)):
-            if not math.isfinite(v) or v < 0:
-                raise InvalidArgument(name, f"must be a finite number >= 0, got {v}")
+        if not (0 <= samples_per_s <= _FLOAT_MAX and 0 <= steps_per_s <= _FLOAT_MAX):  # False for NaN too
+            for name, v in (("samples_per_s", samples_per_s), ("steps_per_s", steps_per_s)):
+                if not math.isfinite(v) or v < 0:
+                    raise InvalidArgument(name, f"must be a finite number >= 0, got {v}")
         ctx = self.ctx
         # The common answer (continue, or stop at an already agreed step) only reads a record
         # and writes this rank's live entry, both atomic dict operations: no lock, so a
         # thousand renewals a second do not queue behind heartbeats and rounds.
-        args = (attempt, rank, step, samples_per_s, steps_per_s, profile_cpus)
-        out = self._renew(self._own(caller, job_id), *args, locked=False)
+        out = self._renew(self._own(caller, job_id), attempt, rank, step, samples_per_s, steps_per_s, profile_cpus,
+                          False)
         if out is None:  # the stop step (or a profiling point) must be committed first
             if not ctx.lock.acquire(blocking=wait):
                 raise LockBusy()
             try:
                 job = self._own(caller, job_id)
-                out = self._renew(job, *args, locked=True)
+                out = self._renew(job, attempt, rank, step, samples_per_s, steps_per_s, profile_cpus, True)
             finally:
                 ctx.lock.release()
         assert out is not None
         if cache is not None and out.action != LeaseAction.TERMINATE:
             ctx.live.cache[job_id] = dict(cache)
-        ctx.metrics.lease_renewals.labels(out.action.value).inc()
+        self._counted[out.action].inc()
         return out
 
     def _renew(

@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from synergy.common.values import value
 from synergy.scheduler.model import Placement
 from synergy.scheduler.tasks import TaskKey, TaskPhase
 
 
-@dataclass(frozen=True)
+@value
 class ObservedTask:
+    """A task as its node last reported it: built for every task of every heartbeat."""
+
     key: TaskKey
     phase: TaskPhase
     exit_code: int = 0
@@ -36,6 +39,9 @@ class ObservedTask:
     #: The backend's own job for this task ("slurm 1234"; "" = synergy-agent's process). Live only.
     backend_job: str = field(default="", hash=False, compare=False)
 
+
+#: Value objects (synergy.common.values): never assigned after they are built.
+VALUE_TYPES: tuple[type, ...] = (ObservedTask,)
 
 #: Steps a checkpoint may be past the pace a job reported (ReportCheckpoint's plausibility check).
 CHECKPOINT_SLACK_STEPS = 1000

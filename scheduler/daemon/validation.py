@@ -105,6 +105,35 @@ def cache_stats(msg: Message, field: str) -> dict[str, int]:
     return out
 
 
+#: A reported task's message (the tail of its output the agent keeps).
+MAX_TASK_MESSAGE_CHARS = 64 * 1024
+
+
+def task_status(t: Message, i: int) -> None:
+    """`tasks[i]` of a heartbeat or registration, before conversion: its message bounded, its
+    usage and throttle measured, its cores counted. A node reports every task on every
+    heartbeat, so a field's path is spelled only when a rule fails (each check below is the
+    named rule's own condition, and the rule then raises)."""
+    if len(t.message) > MAX_TASK_MESSAGE_CHARS:
+        text(t.message, f"tasks[{i}].message", MAX_TASK_MESSAGE_CHARS)
+    if t.HasField("usage"):
+        measurements(t.usage, f"tasks[{i}].usage")
+    if t.HasField("throttle"):
+        throttle(t.throttle, f"tasks[{i}].throttle")
+    if len(t.cores) > MAX_CORES_PER_NODE:
+        count(t.cores, f"tasks[{i}].cores", MAX_CORES_PER_NODE)
+
+
+def observed_task(job_id: int, attempt: int, p: Placement | None, i: int) -> None:
+    """`tasks[i]` after conversion: plausible ids, and a placement `task_placement` accepts."""
+    if job_id > MAX_COUNTER or attempt > MAX_COUNTER:
+        counter(job_id, f"tasks[{i}].ref.job_id")
+        counter(attempt, f"tasks[{i}].ref.attempt")
+    if p is not None and not (0 <= p.cpus <= _FLOAT_MAX and 0 <= p.mem_gb <= _FLOAT_MAX  # False for NaN too
+                              and p.gpus <= MAX_GPUS_PER_NODE):
+        task_placement(p, f"tasks[{i}].placement")
+
+
 def task_placement(p: Placement, field: str) -> Placement:
     for name in ("cpus", "mem_gb"):
         _non_negative(getattr(p, name), f"{field}.{name}")

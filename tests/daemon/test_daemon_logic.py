@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -354,6 +355,58 @@ def test_renewals_that_change_nothing_never_write_the_database(tmp_path: Path) -
     assert logic.leases.renew(job, job, 1, 0, 201, 320, 10).action == LeaseAction.STOP
     assert store._db.total_changes > written  # the stop step is committed before it is told
     store.close()
+
+
+def test_a_kept_renewal_answer_is_the_answer_built_afresh(logic: Logic) -> None:
+    """JobServicer keeps each rank's last answer and copies it while nothing it was built from
+    changed: every answer must equal one built by a servicer that kept nothing, through a moved
+    clock, a changed allocation in force, a due checkpoint, a stop and the end of the job."""
+    from synergy.scheduler.daemon.servicers.job_servicer import JobServicer
+    from synergy.v1 import job_pb2
+
+    node = SimNode(logic, "n")
+    job = submit(logic, "j", checkpoint_dir="/ckpt", checkpoint_every_s=30)
+    round_(logic)
+    node.heartbeat()
+    logic.leases.register_process(job, job, 1, 0, 1)
+    keeping = JobServicer(logic.ctx, logic.leases)
+    step = 0
+
+    def renew() -> job_pb2.RenewLeaseResponse:
+        nonlocal step
+        step += 10
+        request = job_pb2.RenewLeaseRequest(job_id=job, attempt=1, rank=0, step=step, samples_per_s=320,
+                                            steps_per_s=10)
+        kept = keeping._renew(job, request, wait=True)
+        fresh = JobServicer(logic.ctx, logic.leases)._renew(job, request, wait=True)
+        assert kept == fresh
+        return kept
+
+    first = renew()
+    clock(logic).advance(1)
+    again = renew()
+    assert again.lease.expires_at_unix_s == first.lease.expires_at_unix_s + 1  # kept, with the new expiry
+    assert not again.in_force.known
+    key = TaskKey(job, 1, 0)
+    node.tasks[key] = replace(node.tasks[key], cores=(2, 3))
+    node.heartbeat()
+    assert list(renew().in_force.cores) == [2, 3]
+    node.tasks[key] = replace(node.tasks[key], cores=(4, 5))
+    node.heartbeat()
+    assert list(renew().in_force.cores) == [4, 5]
+    with logic.ctx.lock:  # the round resizes the job in place: a new record, the same action
+        j = logic.jobs.get(job)
+        logic.ctx.save_jobs([(j, replace(j, placements=(replace(j.placements[0], cpus=1.5),)))])
+    assert renew().lease.placements[0].cpus == 1.5
+    clock(logic).advance(31)
+    assert renew().checkpoint_at_step > step  # a periodic checkpoint became due
+    with logic.ctx.lock:
+        j = logic.jobs.get(job)
+        logic.ctx.save_jobs([(j, logic.jobs.request_stop(j, "test"))])
+    stop = renew()
+    assert stop.action == job_pb2.LEASE_ACTION_STOP and stop.stop_at_step > step
+    logic.jobs.cancel(job, "test")
+    assert renew().action == job_pb2.LEASE_ACTION_TERMINATE
 
 
 def test_a_checkpoint_step_far_past_the_renewals_is_refused(logic: Logic) -> None:

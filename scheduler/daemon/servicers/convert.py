@@ -145,8 +145,9 @@ def task_from_msg(m: node_pb2.TaskStatus, node_id: str) -> ObservedTask | None:
     phase = _TASK_PHASES.get(m.state)
     if phase is None:
         return None
+    ref = m.ref  # each read of a sub-message builds a wrapper
     return ObservedTask(
-        key=TaskKey(m.ref.job_id, m.ref.attempt, m.ref.rank),
+        key=TaskKey(ref.job_id, ref.attempt, ref.rank),
         phase=phase,
         exit_code=m.exit_code,
         pid=m.pid,

@@ -24,19 +24,11 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         validation.count(tasks, "tasks", validation.MAX_TASKS_PER_NODE)
         out = []
         for i, t in enumerate(tasks):
-            validation.text(t.message, f"tasks[{i}].message", 64 * 1024)
-            if t.HasField("usage"):
-                validation.measurements(t.usage, f"tasks[{i}].usage")
-            if t.HasField("throttle"):
-                validation.throttle(t.throttle, f"tasks[{i}].throttle")
-            validation.count(t.cores, f"tasks[{i}].cores", validation.MAX_CORES_PER_NODE)
+            validation.task_status(t, i)
             task = convert.task_from_msg(t, node_id)
             if task is None:
                 continue
-            validation.counter(task.key.job_id, f"tasks[{i}].ref.job_id")
-            validation.counter(task.key.attempt, f"tasks[{i}].ref.attempt")
-            if task.placement is not None:
-                validation.task_placement(task.placement, f"tasks[{i}].placement")
+            validation.observed_task(task.key.job_id, task.key.attempt, task.placement, i)
             out.append(task)
         return out
 
