@@ -32,6 +32,9 @@ The larger cluster (issue 17), at the production cadence and as a 1 s stress fig
     python benchmarks/daemon_load.py --jobs 10000 --agents 256 --round-s 10 --duration 15 \
         --setup-timeout 400 --burst 0     # renew and heartbeat every 1 s: beyond 2 cores, a stress figure
 
+The CPU figure is also split by thread (Linux): the gRPC event loop with the handlers on it,
+the other Python threads, and gRPC's C-core threads, in ms per RPC.
+
 --py-spy out.svg (py-spy installed in the venv) records where synergyd's CPU goes during the
 window (a flame graph; any other suffix: collapsed stacks, one per line, to sort).
 
@@ -89,6 +92,35 @@ def daemon_cpu_s(daemon: psutil.Process) -> dict[int, float]:
             continue
         out[p.pid] = t.user + t.system
     return out
+
+
+def daemon_thread_cpu_s(daemon: psutil.Process) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of each of the daemon process's threads, with the thread's OS name
+    (Linux: gRPC's C-core threads name themselves, e.g. "event_engine"; Python's keep the
+    process name); {} where the platform does not say."""
+    out = {}
+    try:
+        threads = daemon.threads()
+    except psutil.Error:
+        return out
+    for t in threads:
+        try:
+            name = Path(f"/proc/{daemon.pid}/task/{t.id}/comm").read_text().strip()
+        except OSError:
+            name = "?"
+        out[t.id] = (name, t.user_time + t.system_time)
+    return out
+
+
+def thread_split(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """The window's CPU seconds by kind of thread: the busiest Python thread (the gRPC event
+    loop, under this load), the other Python threads (grpc.aio's completion-queue poller,
+    which is one, the periodic events, the lock-waiting executor, main), and gRPC's C-core
+    threads (sockets, HTTP/2)."""
+    used = {tid: (name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()}
+    python = sorted((cpu for name, cpu in used.values() if name.startswith("python")), reverse=True)
+    return {"loop": python[0] if python else 0.0, "python": sum(python[1:]),
+            "grpc": sum(cpu for name, cpu in used.values() if not name.startswith("python"))}
 
 
 def py_spy_path() -> str:
@@ -417,7 +449,7 @@ async def drive(s: Settings, state_dir: Path, daemon: psutil.Process) -> tuple[S
                                     "--output", s.py_spy, "--nonblocking",
                                     "--format", "flamegraph" if s.py_spy.endswith(".svg") else "raw"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cpu0 = daemon_cpu_s(daemon)
+        cpu0, threads0 = daemon_cpu_s(daemon), daemon_thread_cpu_s(daemon)
         stats.measuring = True
         w0 = time.monotonic()
         timings["window_start"] = w0
@@ -425,6 +457,8 @@ async def drive(s: Settings, state_dir: Path, daemon: psutil.Process) -> tuple[S
         stats.measuring = False
         timings["window_s"] = time.monotonic() - w0
         cpu1 = daemon_cpu_s(daemon)
+        for kind, cpu in thread_split(threads0, daemon_thread_cpu_s(daemon)).items():
+            timings[f"{kind}_cpu_s"] = cpu
         timings["daemon_cpu_s"] = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
         timings["worker_cpu_s"] = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items() if pid != daemon.pid)
         timings["daemon_cpu_pct"] = 100 * timings["daemon_cpu_s"] / timings["window_s"]
@@ -491,6 +525,11 @@ def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
           f"{t['daemon_cpu_s']:.2f} CPU s of synergyd and its worker for {len(everything) + errors} renewals "
           f"and heartbeats; "
           f"the worker's share {t['worker_cpu_s']:.2f} s)")
+    calls = len(everything) + errors
+    if calls and "loop_cpu_s" in t:
+        print("  by thread, ms per RPC: " + ", ".join(f"{what} {1e3 * t[key] / calls:.3f}" for what, key in (
+            ("gRPC event loop (handlers included)", "loop_cpu_s"), ("other Python threads", "python_cpu_s"),
+            ("gRPC C-core threads", "grpc_cpu_s"), ("decider worker", "worker_cpu_s"))))
     print(f"synergyd memory at the end of the window: RSS {t['daemon_rss_mb']:.0f} MiB (with its worker)")
     if stats.samples:
         calm, n_calm, n_seconds = calm_samples(stats)
