@@ -6,9 +6,13 @@ the daemon schedule them, and runs every launched task as a simulated job proces
 registers and renews its lease at the interval the daemon asks for, exactly like the
 iterator: each renewal a message on the job's own RenewLeaseStream, RenewLease when that
 stream broke (`--renewals unary`: RenewLease calls only, as older iterators; the before/after
-figure of issue 17). Once all N jobs run, it measures every renewal and Heartbeat for
---duration seconds and prints throughput and latency per kind (client-side wall time: the
-figures include gRPC, the network stack and the load generator, as a job would see them).
+figure of issue 17), asking for an answer every few messages or on a change as the iterator
+does (every 10th at a 1 s cadence; `--answer-every 1`: every message answered, as before
+2026-11-28). Once all N jobs run,
+it measures every renewal and Heartbeat for --duration seconds and prints throughput and
+latency per kind (client-side wall time: the figures include gRPC, the network stack and the
+load generator, as a job would see them; a renewal left unanswered has no latency, is counted
+apart, and counts as an RPC in the daemon's CPU per RPC: it was processed).
 
 The load generator is one asyncio process beside the daemon; both share this machine's
 cores, so the figures are an upper bound on what the daemon alone costs. Bounded in count
@@ -70,6 +74,7 @@ import psutil
 import uvloop
 
 from synergy.common.channel import StreamBroken, StreamRefused, stream_answer
+from synergy.iterator.lease import answer_every_for
 from synergy.scheduler.statedir import ADDRESS_FILE, ADMIN_TOKEN_FILE, CLUSTER_TOKEN_FILE
 from synergy.scheduler.profiles.zoo import default_profiles
 from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
@@ -157,6 +162,8 @@ class Settings:
     load: bool = True
     py_spy: str = ""
     renewals: str = "stream"
+    #: Ask for an answer at least every N-th renewal on a stream (0: as the iterator, from the interval).
+    answer_every: int = 0
 
 
 @dataclass
@@ -169,6 +176,14 @@ class Stats:
     #: --timeline and --attribute (the daemon's log has wall-clock timestamps).
     samples: list[tuple[float, float, float]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
+    #: Renewal messages sent on a stream without waiting (`answer_every`), and those answered:
+    #: the rest the daemon processed and left unanswered (no latency).
+    quiet_sent: int = 0
+    quiet_answered: int = 0
+
+    @property
+    def unanswered(self) -> int:
+        return max(0, self.quiet_sent - self.quiet_answered)
     #: (RPC, status code) -> (count, the first message): what failed, printed under the table.
     why: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     setup: dict[str, list[float]] = field(default_factory=dict)
@@ -222,36 +237,99 @@ class SimJob:
     stub: job_pb2_grpc.JobServiceStub
     stats: Stats
     streamed: bool = True
+    #: After a stream's first message, ask for an answer this often (0: as the iterator).
+    answer_every: int = 0
     exit_code: int | None = None
     registered: bool = False
+    interval: float = 1.0
     stream: Any = None
+    #: Takes the open stream's answers after its first (`_read`).
+    reader: asyncio.Task | None = None
+    #: When the stream's last unanswered message went (perf_counter; None: all answered).
+    sent_at: float | None = None
+    unanswered: job_pb2.RenewLeaseRequest | None = None
 
     async def renew(self, request: job_pb2.RenewLeaseRequest, token: str):
-        """As the iterator's LeaseKeeper.renew: a message on the job's RenewLeaseStream (opened
-        on first use), answered in order; RenewLease when the stream is off or broke (the next
-        renewal opens a new one). Returns the reply or the RpcError."""
+        """As the iterator's LeaseKeeper.renew: a stream's first message waits for its answer;
+        later ones are only sent (answers come to `_read`); RenewLease when the stream is off
+        or broke (the next renewal opens a new one). Returns the reply, the RpcError, or None
+        (sent on the open stream)."""
         if not self.streamed:
             return await timed(self.stats, "RenewLease", self.stub.RenewLease, request, token)
         t0 = time.perf_counter()
         try:
-            if self.stream is None:
-                self.stream = self.stub.RenewLeaseStream(metadata=md(token))
+            if self.stream is not None:
+                request.answer_every = self.answer_every or answer_every_for(self.interval)
+                self.stats.quiet_sent += self.stats.measuring
+                self.sent_at, self.unanswered = t0, request
+                await self.stream.write(request)
+                return None
+            self.stream = self.stub.RenewLeaseStream(metadata=md(token))
             await self.stream.write(request)
             answer = await asyncio.wait_for(self.stream.read(), RPC_TIMEOUT_S)
             if answer is grpc.aio.EOF:
                 raise StreamBroken("the daemon ended the stream")
+            self.sent_at = None
+            self.reader = asyncio.create_task(self._read(self.stream, token))
             reply = stream_answer(answer)
         except StreamRefused as exc:  # this message refused; the stream goes on
             self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False, error=exc)
             return exc
         except (grpc.RpcError, StreamBroken, asyncio.TimeoutError) as exc:
             self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=False, error=exc)
-            self.stream, broken = None, self.stream
-            if broken is not None:
-                broken.cancel()
+            self._drop_stream()
             return await timed(self.stats, "RenewLease", self.stub.RenewLease, request, token)
         self.stats.record("RenewLeaseStream", time.perf_counter() - t0, ok=True)
         return reply
+
+    async def _read(self, stream: Any, token: str) -> None:
+        """The stream's answers as they come, each timed from the message it answers (the last
+        one sent) and taken at once; when the stream breaks, its unanswered renewal goes by
+        RenewLease, as the iterator's."""
+        try:
+            while (answer := await stream.read()) is not grpc.aio.EOF:  # read(), as for the first answer
+                seconds = None if self.sent_at is None else time.perf_counter() - self.sent_at
+                self.sent_at = self.unanswered = None
+                if seconds is not None:
+                    self.stats.quiet_answered += self.stats.measuring
+                try:
+                    reply = stream_answer(answer)
+                except StreamRefused as exc:
+                    if seconds is not None:
+                        self.stats.record("RenewLeaseStream", seconds, ok=False, error=exc)
+                    continue
+                if seconds is not None:
+                    self.stats.record("RenewLeaseStream", seconds, ok=True)
+                self.take(reply)
+            broken: BaseException = StreamBroken("the daemon ended the stream")
+        except grpc.RpcError as exc:
+            broken = exc
+        if self.stream is not stream:
+            return
+        self.stats.record("RenewLeaseStream", 0.0, ok=False, error=broken)
+        request = self.unanswered
+        self.reader = None  # this task: ends by itself
+        self._drop_stream()
+        if request is not None:
+            r = await timed(self.stats, "RenewLease", self.stub.RenewLease, request, token)
+            if not isinstance(r, grpc.RpcError):
+                self.take(r)
+
+    def _drop_stream(self) -> None:
+        stream, self.stream, self.sent_at, self.unanswered = self.stream, None, None, None
+        if stream is not None:
+            stream.cancel()
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            reader.cancel()
+
+    def take(self, r: job_pb2.RenewLeaseResponse) -> None:
+        """An answer: STOP and TERMINATE end the job (at its next tick), an interval is kept."""
+        if r.action == job_pb2.LEASE_ACTION_STOP:
+            self.exit_code = 75  # checkpointed at the agreed step: "restart me later"
+        elif r.action == job_pb2.LEASE_ACTION_TERMINATE:
+            self.exit_code = 143
+        self.interval = r.renew_interval_s or self.interval
 
     async def run(self, node_id: str) -> None:
         ref, token = self.spec.ref, self.spec.job_token
@@ -264,28 +342,28 @@ class SimJob:
             self.exit_code = 1
             return
         self.registered = True
-        interval = reg.renew_interval_s
+        self.interval = reg.renew_interval_s
         step, steps_per_s = reg.resume_step, 10.0
         # Real jobs start at arbitrary moments: spread the first renewal over one interval.
-        await asyncio.sleep(random.uniform(0, interval))
+        await asyncio.sleep(random.uniform(0, self.interval))
         next_at = time.monotonic()
-        while True:
-            step += max(1, int(interval * steps_per_s))
-            r = await self.renew(job_pb2.RenewLeaseRequest(
-                job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank, step=step,
-                samples_per_s=steps_per_s * 32, steps_per_s=steps_per_s), token)
-            if not isinstance(r, grpc.RpcError):
-                if r.action == job_pb2.LEASE_ACTION_STOP:
-                    self.exit_code = 75  # checkpointed at the agreed step: "restart me later"
-                    break
-                if r.action == job_pb2.LEASE_ACTION_TERMINATE:
-                    self.exit_code = 143
-                    break
-                interval = r.renew_interval_s or interval
-            next_at = max(next_at + interval, time.monotonic())  # no catch-up bursts
-            await asyncio.sleep(next_at - time.monotonic())
-        if self.stream is not None:
-            await self.stream.done_writing()
+        try:
+            while self.exit_code is None:
+                step += max(1, int(self.interval * steps_per_s))
+                r = await self.renew(job_pb2.RenewLeaseRequest(
+                    job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank, step=step,
+                    samples_per_s=steps_per_s * 32, steps_per_s=steps_per_s), token)
+                if r is not None and not isinstance(r, grpc.RpcError):
+                    self.take(r)
+                    if self.exit_code is not None:
+                        break
+                next_at = max(next_at + self.interval, time.monotonic())  # no catch-up bursts
+                await asyncio.sleep(next_at - time.monotonic())
+        finally:
+            if self.stream is not None:
+                await self.stream.done_writing()
+            if self.reader is not None:
+                self.reader.cancel()
 
 
 @dataclass
@@ -297,6 +375,7 @@ class SimAgent:
     token: str
     stats: Stats
     streamed: bool = True
+    answer_every: int = 0
     jobs: dict[tuple[int, int, int], SimJob] = field(default_factory=dict)
     placements: dict[tuple[int, int, int], common_pb2.Placement] = field(default_factory=dict)
     tasks: set[asyncio.Task] = field(default_factory=set)
@@ -323,7 +402,7 @@ class SimAgent:
             key = (ins.ref.job_id, ins.ref.attempt, ins.ref.rank)
             if ins.kind == node_pb2.INSTRUCTION_KIND_LAUNCH and key not in self.jobs:
                 stub = self.job_stubs[ins.ref.job_id % len(self.job_stubs)]
-                job = SimJob(ins.task, stub, self.stats, self.streamed)
+                job = SimJob(ins.task, stub, self.stats, self.streamed, self.answer_every)
                 self.jobs[key], self.placements[key] = job, ins.task.placement
                 task = asyncio.create_task(job.run(self.node_id))
                 self.tasks.add(task)
@@ -409,7 +488,7 @@ async def drive(s: Settings, state_dir: Path, daemon: psutil.Process) -> tuple[S
     job_stubs = [job_pb2_grpc.JobServiceStub(c) for c in job_channels]
     per_node = math.ceil(s.jobs / s.agents)
     agents = [SimAgent(f"node-{i:04d}", per_node, agent_channels[i], job_stubs, cluster_token, stats,
-                       s.renewals == "stream") for i in range(s.agents)]
+                       s.renewals == "stream", s.answer_every) for i in range(s.agents)]
     runners = [asyncio.create_task(a.run()) for a in agents]
     try:
         t0 = time.monotonic()
@@ -489,7 +568,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
     renew = min(30.0, max(0.1, s.round_s / 10))
     beat = min(10.0, max(0.1, s.round_s / 10))
-    how = "on a RenewLeaseStream each" if s.renewals == "stream" else "with RenewLease calls"
+    every = s.answer_every or answer_every_for(renew)
+    how = (f"on a RenewLeaseStream each, answered at least every {every}" if s.renewals == "stream"
+           else "with RenewLease calls")
     print(f"synergyd under load: {s.jobs} jobs renewing every {renew:g} s ({how}), {s.agents} agents "
           f"heartbeating every {beat:g} s (round {s.round_s:g} s, {s.policy}/{s.mechanism}), {os.cpu_count()} CPUs")
     sub = sorted(stats.setup.get("SubmitJob", []))
@@ -522,10 +603,10 @@ def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
     per_rpc = cpu_ms_per_rpc(stats, t)
     verdict = "met" if per_rpc <= TARGET_CPU_MS_PER_RPC else "NOT met"
     print(f"target daemon CPU <= {TARGET_CPU_MS_PER_RPC:g} ms per renewal or heartbeat: {verdict} ({per_rpc:.3f} ms: "
-          f"{t['daemon_cpu_s']:.2f} CPU s of synergyd and its worker for {len(everything) + errors} renewals "
-          f"and heartbeats; "
+          f"{t['daemon_cpu_s']:.2f} CPU s of synergyd and its worker for {rpc_count(stats)} renewals "
+          f"and heartbeats, {stats.unanswered} of them renewals left unanswered; "
           f"the worker's share {t['worker_cpu_s']:.2f} s)")
-    calls = len(everything) + errors
+    calls = rpc_count(stats)
     if calls and "loop_cpu_s" in t:
         print("  by thread, ms per RPC: " + ", ".join(f"{what} {1e3 * t[key] / calls:.3f}" for what, key in (
             ("gRPC event loop (handlers included)", "loop_cpu_s"), ("other Python threads", "python_cpu_s"),
@@ -711,9 +792,14 @@ def burst_line(b: Burst) -> str:
 
 
 def cpu_ms_per_rpc(stats: Stats, t: dict[str, float]) -> float:
-    """The daemon's own CPU time (psutil, not wall time) over the window, per measured RPC."""
-    calls = sum(len(v) for v in stats.latencies.values()) + sum(stats.errors.values())
+    """The daemon's own CPU time (psutil, not wall time) over the window, per measured RPC
+    (a renewal the daemon took and left unanswered counts: it was processed)."""
+    calls = rpc_count(stats)
     return 1e3 * t["daemon_cpu_s"] / calls if calls else float("nan")
+
+
+def rpc_count(stats: Stats) -> int:
+    return sum(len(v) for v in stats.latencies.values()) + sum(stats.errors.values()) + stats.unanswered
 
 
 def load_line(stats: Stats, t: dict[str, float]) -> str:
@@ -789,13 +875,19 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     ap.add_argument("--renewals", choices=("stream", "unary"), default="stream",
                     help="how the simulated jobs renew: on a RenewLeaseStream each (the iterator's "
                          "default), or with RenewLease calls (older iterators; for before/after figures)")
+    ap.add_argument("--answer-every", type=int, default=0, metavar="N",
+                    help="on a stream, ask for an answer at least every N-th renewal, the others "
+                         "answered only when their answer changes (default 0: as the iterator, from "
+                         "the renewal interval, every 10th at a 1 s cadence; 1: every renewal "
+                         "answered, as before)")
     ap.add_argument("--py-spy", default="", metavar="SVG",
                     help="record where synergyd's CPU goes during the window with py-spy (pip install "
                          "py-spy into this venv): a flame graph for .svg, else collapsed stacks")
     a = ap.parse_args(argv)
     for name, value, lo, hi in (("--jobs", a.jobs, 1, MAX_JOBS), ("--agents", a.agents, 1, MAX_AGENTS),
                                 ("--job-channels", a.job_channels, 1, 1024), ("--compare", a.compare, 0, 20),
-                                ("--burst", a.burst, 0, MAX_JOBS), ("--burst-clients", a.burst_clients, 1, 256)):
+                                ("--burst", a.burst, 0, MAX_JOBS), ("--burst-clients", a.burst_clients, 1, 256),
+                                ("--answer-every", a.answer_every, 0, 100)):
         if not lo <= value <= hi:
             ap.error(f"{name} must be between {lo} and {hi}, got {value}")
     for name, value in (("--round-s", a.round_s), ("--duration", a.duration), ("--setup-timeout", a.setup_timeout)):
@@ -807,7 +899,8 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         ap.error("--burst-only needs --burst > 0")
     return Settings(a.jobs, a.agents, a.round_s, a.duration, a.setup_timeout, a.job_channels,
                     a.policy, a.mechanism, a.seed, a.timeline, a.decider, a.attribute, a.compare,
-                    a.burst, a.burst_clients, not a.burst_only, a.py_spy, a.renewals)
+                    a.burst, a.burst_clients, not a.burst_only, a.py_spy, a.renewals,
+                    a.answer_every)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     renewals = [(j.id, job_pb2.RenewLeaseRequest(job_id=j.id, attempt=j.attempt, rank=0, step=100,
                                                  samples_per_s=500.0, steps_per_s=2.0), False) for j in running]
     print(f"  renewal (continue):                        {per_call_us(jobs._renew, renewals, a.repeat):7.1f} us")
+    quiet = [(job_id, request, False, True) for job_id, request, _ in renewals]  # a stream's `answer_every`
+    if any(jobs._renew(*args) is not None for args in quiet):  # the figure must time the unanswered path
+        print("handler_cost: a quiet renewal that changes nothing was answered", file=sys.stderr)
+        return 1
+    print(f"  renewal left unanswered (quiet, unchanged):{per_call_us(jobs._renew, quiet, a.repeat):7.1f} us")
     return 0
 
 

@@ -94,17 +94,21 @@ def stream_answer(response: Any) -> Any:
 
 
 class MessageStream:
-    """One long-lived bidirectional call on which every request gets one response, in order.
+    """One long-lived bidirectional call carrying many requests and their responses, in order.
 
-    A reader thread takes the responses off the call, so that `exchange` can wait for one
-    with a deadline (a blocking read of a synchronous stream has none). Not thread-safe: one
-    caller at a time. Close it before the process forks (gRPC's fork support cannot close a
-    channel with a call in flight).
+    A reader thread takes the responses off the call, so that a caller can wait for one with
+    a deadline (a blocking read of a synchronous stream has none): `exchange` when every
+    request is answered, `send` and `answer` when some are not (a renewal stream with
+    `answer_every`). Not thread-safe: one caller at a time, and `close` from any thread.
+    Close it before the process forks (gRPC's fork support cannot close a channel with a
+    call in flight).
     """
 
     def __init__(self, open_call: Callable[..., Any], metadata: Sequence[tuple[str, str]]) -> None:
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        #: Set by `close`: a StreamBroken after it is this side's doing, not the daemon's.
+        self.closed = False
         self._call = open_call(iter(self._requests.get, _END), metadata=metadata)
         self._reader = threading.Thread(target=self._read, daemon=True, name="synergy-stream")
         self._reader.start()
@@ -120,19 +124,34 @@ class MessageStream:
     def exchange(self, request: Any, timeout_s: float = RPC_TIMEOUT_S) -> Any:
         """Send `request`, return its response; StreamBroken (the stream then closed) when the
         stream ended or no response came within `timeout_s`."""
-        self._requests.put(request)
-        try:
-            answer = self._answers.get(timeout=timeout_s)
-        except queue.Empty:
+        self.send(request)
+        answer = self.answer(timeout_s)
+        if answer is None:
+            why = "closed on this side" if self.closed else f"no answer within {timeout_s:g} s"
             self.close()
-            raise StreamBroken(f"no answer within {timeout_s:g} s", grpc.StatusCode.DEADLINE_EXCEEDED) from None
+            raise StreamBroken(why, grpc.StatusCode.DEADLINE_EXCEEDED)
+        return answer
+
+    def send(self, request: Any) -> None:
+        self._requests.put(request)
+
+    def answer(self, timeout_s: float) -> Any:
+        """The next response; None when none came within `timeout_s` or the stream was
+        closed on this side; StreamBroken (the stream then closed) when it ended otherwise."""
+        try:
+            answer = self._answers.get(timeout=max(timeout_s, 0.0))
+        except queue.Empty:
+            return None
         if isinstance(answer, StreamBroken):
+            if self.closed:
+                return None
             self.close()
             raise answer
         return answer
 
     def close(self) -> None:
         """End the call (idempotent) and wait for the reader thread."""
+        self.closed = True
         self._requests.put(_END)
         self._call.cancel()
         if self._reader is not threading.current_thread():

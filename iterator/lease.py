@@ -19,6 +19,12 @@ call's gRPC CPU for the daemon); when the stream breaks (daemon restart) that re
 RenewLease, retried as every call is, and the next renewal opens a new stream. A daemon
 without the stream (UNIMPLEMENTED) gets RenewLease calls from then on. The stream is closed
 before every fork and reopened after it.
+A stream's first renewal waits for its answer (that is where a daemon refuses the stream);
+later ones ask for an answer only every few messages (`answer_every_for`: once per
+`ANSWER_WITHIN_S` of renewals, every 10th at the most) or when it changes: the daemon writes
+that many fewer answers, and this thread applies each answer as it arrives, waiting on the
+stream between renewals, so a STOP takes effect as soon as it comes. A renewal owed an answer
+that gets none within `RPC_TIMEOUT_S` breaks the stream, as an unanswered exchange did.
 """
 
 from __future__ import annotations
@@ -43,6 +49,11 @@ from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc
 log = logging.getLogger("synergy.iterator")
 
 _RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: A renewal stream asks for an answer at least once per this many seconds of renewals (the
+#: messages between are answered when their answer changes; RenewLeaseRequest.answer_every),
+#: and at least every `MAX_ANSWER_EVERY`-th message.
+ANSWER_WITHIN_S = 10.0
+MAX_ANSWER_EVERY = 10
 #: After the daemon refused a renewal stream for want of room (--max-renewal-streams), renew
 #: by RenewLease calls this long before asking again: not a refused stream per renewal.
 STREAMS_FULL_RETRY_S = 300.0
@@ -66,6 +77,16 @@ class LeaseKeeper:
         self.streamed = streamed
         self._stream: MessageStream | None = None
         self.streams_opened = 0
+        #: Renewal messages on a stream ask for an answer at least this often (None: from the
+        #: renewal interval, `answer_every_for`; 1: every message).
+        self.answer_every: int | None = None
+        #: Messages sent on the open stream since its last answer, and when the one owed an
+        #: answer went (monotonic; 0: none owed).
+        self._quiet_sent = 0
+        self._owed_since = 0.0
+        #: The last renewal sent on the stream without waiting: sent again by RenewLease if
+        #: the stream breaks before it was answered.
+        self._unanswered: job_pb2.RenewLeaseRequest | None = None
         #: Monotonic time before which no stream is asked for: the daemon had no room for one.
         self._streams_full_until = 0.0
         self.streams_full_retry_s = STREAMS_FULL_RETRY_S
@@ -80,9 +101,11 @@ class LeaseKeeper:
         #: Monotonic time the STOP reply arrived (for the STOP → exit 75 figure).
         self.stop_received_s = 0.0
         self.interval_s = 1.0
+        #: Renewals sent, and answers applied (fewer on a stream: `answer_every`).
+        self.sent = 0
+        self.renewals = 0
         #: How long the final reports (checkpoint, completion) wait for a daemon that is down.
         self.report_patience_s = 60.0
-        self.renewals = 0
         #: Set once RegisterJobProcess answered (then `profiling` is final for this attempt).
         self.registered = threading.Event()
         #: The profiling lease's terms (None: an ordinary lease).
@@ -119,6 +142,7 @@ class LeaseKeeper:
 
     def close(self) -> None:
         self._closed.set()
+        self._end_stream()  # wakes the thread waiting for an answer on it
         if self._thread.is_alive():
             self._thread.join(timeout=RPC_TIMEOUT_S + 1)
         self._end_stream()
@@ -160,20 +184,15 @@ class LeaseKeeper:
         return None
 
     def renew(self, request: job_pb2.RenewLeaseRequest) -> Any:
-        """One renewal: a message on the stream, or RenewLease when the stream is off or broke."""
+        """One renewal: a message on the stream, or RenewLease when the stream is off or broke.
+        The answer, or None: refused, or sent on an open stream without waiting (its answer,
+        if any, comes to `_wait_for_answers`)."""
+        self.sent += 1
         if self.streamed and time.monotonic() >= self._streams_full_until and not self._closed.is_set():
             try:
                 return self._guarded(self._exchange, request)
             except StreamBroken as exc:
-                if exc.code == grpc.StatusCode.UNIMPLEMENTED:
-                    self.streamed = False
-                    log.info("the daemon has no RenewLeaseStream: renewing with RenewLease calls")
-                elif exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    self._streams_full_until = time.monotonic() + self.streams_full_retry_s
-                    log.info("the daemon has no room for another renewal stream (%s): renewing with RenewLease "
-                             "calls, a stream again in %g s", exc, self.streams_full_retry_s)
-                else:
-                    log.info("renewal stream broken (%s): renewing with RenewLease, a new stream next time", exc)
+                self._stream_broke(exc)
             except grpc.RpcError as exc:  # this message refused (StreamRefused); the stream goes on
                 if exc.code() not in _RETRY:
                     _refused("RenewLease", exc)
@@ -181,14 +200,77 @@ class LeaseKeeper:
         return self.call("RenewLease", request)
 
     def _exchange(self, request: job_pb2.RenewLeaseRequest) -> Any:
-        if self._stream is None:
-            self._stream = MessageStream(self.stub.RenewLeaseStream, self.md)
-            self.streams_opened += 1
+        stream, now = self._stream, time.monotonic()
+        if stream is not None and self._owed_since and now - self._owed_since > RPC_TIMEOUT_S:
+            self._end_stream()
+            raise StreamBroken(f"a renewal owed an answer got none within {RPC_TIMEOUT_S:g} s",
+                               grpc.StatusCode.DEADLINE_EXCEEDED)
         try:
-            return stream_answer(self._stream.exchange(request))
+            if stream is None:  # the first message waits: a refused stream says so in its answer
+                self._stream = stream = MessageStream(self.stub.RenewLeaseStream, self.md)
+                self.streams_opened += 1
+                self._heard()
+                return stream_answer(stream.exchange(request))
+            every = self.answer_every or answer_every_for(self.interval_s)
+            request.answer_every = every
+            stream.send(request)
+            self._unanswered = request
+            self._quiet_sent += 1
+            if self._quiet_sent >= every and not self._owed_since:
+                self._owed_since = now  # the daemon answers this one, changed or not
+            return None
         except StreamBroken:
             self._stream = None  # closed by exchange
             raise
+
+    def _heard(self) -> None:
+        self._unanswered, self._quiet_sent, self._owed_since = None, 0, 0.0
+
+    def _stream_broke(self, exc: StreamBroken) -> None:
+        if exc.code == grpc.StatusCode.UNIMPLEMENTED:
+            self.streamed = False
+            log.info("the daemon has no RenewLeaseStream: renewing with RenewLease calls")
+        elif exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            self._streams_full_until = time.monotonic() + self.streams_full_retry_s
+            log.info("the daemon has no room for another renewal stream (%s): renewing with RenewLease "
+                     "calls, a stream again in %g s", exc, self.streams_full_retry_s)
+        else:
+            log.info("renewal stream broken (%s): renewing with RenewLease, a new stream next time", exc)
+
+    def _wait_for_answers(self, wait_s: float) -> bool:
+        """Wait `wait_s` for the next renewal, applying the open stream's answers as they come;
+        True once the thread is to end (closed, or told to terminate). A stream that breaks
+        meanwhile has its unanswered renewal sent again by RenewLease."""
+        deadline = time.monotonic() + wait_s
+        while not self._closed.is_set():
+            stream, left = self._stream, deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if stream is None:
+                return self._closed.wait(left)
+            try:
+                answer = stream.answer(left)
+            except StreamBroken as exc:
+                if self._stream is stream:
+                    self._stream = None
+                self._stream_broke(exc)
+                request, self._unanswered = self._unanswered, None
+                r = None if request is None or self._closed.is_set() else self.call("RenewLease", request)
+                if r is not None and self._apply(r):
+                    return True
+                continue
+            if answer is None:  # no answer yet, or the stream was closed here (a fork, close)
+                continue
+            self._heard()
+            try:
+                r = stream_answer(answer)
+            except grpc.RpcError as exc:  # that renewal refused; the stream goes on
+                if exc.code() not in _RETRY:
+                    _refused("RenewLease", exc)
+                continue
+            if self._apply(r):
+                return True
+        return True
 
     def _guarded(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """`fn(*args, **kwargs)`, an RPC never in flight across a fork (`before_fork`)."""
@@ -215,7 +297,7 @@ class LeaseKeeper:
         self.interval_s = reg.renew_interval_s or self.interval_s
         last_t, last_step = time.monotonic(), self.step
         # Under a profiling lease renew often: each point waits for a reply showing its RESIZE.
-        while not self._closed.wait(self._wait_s()):
+        while not self._wait_for_answers(self._wait_s()):
             if self.profile_job is not None:
                 self._complete_profile_in_background()
             if self._profile_ready is not None:
@@ -231,27 +313,31 @@ class LeaseKeeper:
             if stats is not None:
                 req.cache.CopyFrom(stats)
             r = self.renew(req)
-            if r is None:
-                continue
-            self.renewals += 1
-            self.interval_s = r.renew_interval_s or self.interval_s
-            if r.in_force.known:
-                self.in_force = (r.in_force.cpus, tuple(r.in_force.cores), r.in_force.mem_gb)
-                self._resize_cache(r.in_force.mem_gb)
-            if not r.HasField("profiling"):
-                self.profiling = None
-            if r.checkpoint_at_step:
-                self.checkpoint_at = int(r.checkpoint_at_step)
-            if r.action == job_pb2.LEASE_ACTION_STOP and not self.stop_at:
-                self.stop_reason = r.reason
-                self.stop_received_s = time.monotonic()
-                self.stop_at = max(int(r.stop_at_step), self.step, 1)
-                log.info("lease not renewed (%s): stopping after step %d", r.reason, self.stop_at)
-            elif r.action == job_pb2.LEASE_ACTION_TERMINATE:
-                self.stop_reason = r.reason
-                self.terminate = True
-                log.info("told to terminate: %s", r.reason)
+            if r is not None and self._apply(r):
                 return
+
+    def _apply(self, r: job_pb2.RenewLeaseResponse) -> bool:
+        """Take a renewal's answer; True when told to terminate."""
+        self.renewals += 1
+        self.interval_s = r.renew_interval_s or self.interval_s
+        if r.in_force.known:
+            self.in_force = (r.in_force.cpus, tuple(r.in_force.cores), r.in_force.mem_gb)
+            self._resize_cache(r.in_force.mem_gb)
+        if not r.HasField("profiling"):
+            self.profiling = None
+        if r.checkpoint_at_step:
+            self.checkpoint_at = int(r.checkpoint_at_step)
+        if r.action == job_pb2.LEASE_ACTION_STOP and not self.stop_at:
+            self.stop_reason = r.reason
+            self.stop_received_s = time.monotonic()
+            self.stop_at = max(int(r.stop_at_step), self.step, 1)
+            log.info("lease not renewed (%s): stopping after step %d", r.reason, self.stop_at)
+        elif r.action == job_pb2.LEASE_ACTION_TERMINATE:
+            self.stop_reason = r.reason
+            self.terminate = True
+            log.info("told to terminate: %s", r.reason)
+            return True
+        return False
 
     def _wait_s(self) -> float:
         asking = self.profiling is not None and not self.profiling.in_force_only  # points wait for replies
@@ -333,6 +419,14 @@ class LeaseKeeper:
         self.call("ReportCompletion", job_pb2.ReportCompletionRequest(
             job_id=e.job_id, attempt=e.attempt, outcome=outcome, step=step, message=message[:500]),
             give_up_after_s=self.report_patience_s if patience_s is None else patience_s)
+
+
+def answer_every_for(interval_s: float) -> int:
+    """How often a stream renewing every `interval_s` asks for an answer: once per
+    `ANSWER_WITHIN_S` of renewals (every message from a 10 s interval up), at most every
+    `MAX_ANSWER_EVERY`-th. A half-open connection then shows within that time plus
+    `RPC_TIMEOUT_S`; renewals at a 1 s cadence get a tenth as many answers."""
+    return max(1, min(MAX_ANSWER_EVERY, int(ANSWER_WITHIN_S / max(interval_s, 1e-3))))
 
 
 def _refused(name: str, exc: grpc.RpcError) -> None:

@@ -96,6 +96,16 @@ def counter(value: int, field: str) -> int:
     return value
 
 
+#: The most renewal messages a stream may ask to leave answered at least once in (RenewLeaseRequest.answer_every).
+MAX_ANSWER_EVERY = 100
+
+
+def answer_every(value: int, field: str = "answer_every") -> int:
+    if value > MAX_ANSWER_EVERY:
+        raise InvalidArgument(field, f"must be at most {MAX_ANSWER_EVERY}, got {value}")
+    return value
+
+
 def cache_stats(msg: Message, field: str) -> dict[str, int]:
     """A CacheStats message as plain counters (each at most 2^53; used <= capacity not
     required: a shrink is applied between two reports)."""

@@ -360,7 +360,9 @@ def test_renewals_that_change_nothing_never_write_the_database(tmp_path: Path) -
 def test_a_kept_renewal_answer_is_the_answer_built_afresh(logic: Logic) -> None:
     """JobServicer keeps each rank's last answer and copies it while nothing it was built from
     changed: every answer must equal one built by a servicer that kept nothing, through a moved
-    clock, a changed allocation in force, a due checkpoint, a stop and the end of the job."""
+    clock, a changed allocation in force, a progress flush, a new round, a due checkpoint, a
+    stop and the end of the job. A quiet renewal (a stream's `answer_every`) is left
+    unanswered exactly when its answer would repeat the last one sent but for the expiry."""
     from synergy.scheduler.daemon.servicers.job_servicer import JobServicer
     from synergy.v1 import job_pb2
 
@@ -369,17 +371,32 @@ def test_a_kept_renewal_answer_is_the_answer_built_afresh(logic: Logic) -> None:
     round_(logic)
     node.heartbeat()
     logic.leases.register_process(job, job, 1, 0, 1)
-    keeping = JobServicer(logic.ctx, logic.leases)
+    keeping, quiet = JobServicer(logic.ctx, logic.leases), JobServicer(logic.ctx, logic.leases)
     step = 0
+    sent: job_pb2.RenewLeaseResponse | None = None  # the quiet servicer's last answer
+    unanswered = 0
+
+    def but_expiry(reply: job_pb2.RenewLeaseResponse) -> job_pb2.RenewLeaseResponse:
+        out = job_pb2.RenewLeaseResponse()
+        out.CopyFrom(reply)
+        out.lease.expires_at_unix_s = 0
+        return out
 
     def renew() -> job_pb2.RenewLeaseResponse:
-        nonlocal step
+        nonlocal step, sent, unanswered
         step += 10
         request = job_pb2.RenewLeaseRequest(job_id=job, attempt=1, rank=0, step=step, samples_per_s=320,
                                             steps_per_s=10)
         kept = keeping._renew(job, request, wait=True)
+        told = quiet._renew(job, request, wait=True, quiet=sent is not None)
         fresh = JobServicer(logic.ctx, logic.leases)._renew(job, request, wait=True)
         assert kept == fresh
+        if told is None:
+            assert sent is not None and but_expiry(sent) == but_expiry(fresh)
+            unanswered += 1
+        else:
+            assert told == fresh and (sent is None or but_expiry(sent) != but_expiry(fresh))
+            sent = told
         return kept
 
     first = renew()
@@ -398,6 +415,15 @@ def test_a_kept_renewal_answer_is_the_answer_built_afresh(logic: Logic) -> None:
         j = logic.jobs.get(job)
         logic.ctx.save_jobs([(j, replace(j, placements=(replace(j.placements[0], cpus=1.5),)))])
     assert renew().lease.placements[0].cpus == 1.5
+    with logic.ctx.lock:  # a progress flush: a new record, the same answer
+        j = logic.jobs.get(job)
+        logic.ctx.save_jobs([(j, replace(j, steps_done=j.steps_done + 50, attained_gpu_s=j.attained_gpu_s + 5))])
+    renew()
+    renew()
+    with logic.ctx.lock:  # the next round keeps the job where it is: its lease names the new round
+        j = logic.jobs.get(job)
+        logic.ctx.save_jobs([(j, replace(j, round_index=j.round_index + 1))])
+    assert renew().lease.round_index == j.round_index + 1
     clock(logic).advance(31)
     assert renew().checkpoint_at_step > step  # a periodic checkpoint became due
     with logic.ctx.lock:
@@ -405,8 +431,10 @@ def test_a_kept_renewal_answer_is_the_answer_built_afresh(logic: Logic) -> None:
         logic.ctx.save_jobs([(j, logic.jobs.request_stop(j, "test"))])
     stop = renew()
     assert stop.action == job_pb2.LEASE_ACTION_STOP and stop.stop_at_step > step
+    renew()
     logic.jobs.cancel(job, "test")
     assert renew().action == job_pb2.LEASE_ACTION_TERMINATE
+    assert unanswered >= 4  # the quiet servicer left the repeats unanswered
 
 
 def test_a_checkpoint_step_far_past_the_renewals_is_refused(logic: Logic) -> None:

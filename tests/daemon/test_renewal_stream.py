@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grpc
 import pytest
@@ -16,7 +16,7 @@ from synergyd_harness import Admin, DaemonProcess, channel, free_port, md, wait_
 from synergy.common.channel import MessageStream, StreamBroken, StreamRefused, stream_answer
 from synergy.common.contract import JobEnv
 from synergy.iterator.lease import LeaseKeeper
-from synergy.v1 import common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+from synergy.v1 import admin_pb2, common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 
 STREAM = "/synergy.v1.JobService/RenewLeaseStream"
 
@@ -69,6 +69,26 @@ def launch(daemon: DaemonProcess, admin: Admin, node_id: str, names: list[str]) 
     wait_for(all_launched, what=f"{names} to be launched")
     node.heartbeat()  # report them running
     return node, [node.launched[i] for i in ids]
+
+
+def beat(node: Node) -> Callable[[], None]:
+    """Keep `node` heartbeating on a thread of its own; returns what stops it (and waits)."""
+    end = threading.Event()
+    beating = threading.Thread(target=node.keep_beating, args=(end,), daemon=True)
+    beating.start()
+
+    def stop() -> None:
+        end.set()
+        beating.join()
+
+    return stop
+
+
+def keeper_for(address: str, task: node_pb2.TaskSpec) -> LeaseKeeper:
+    """The job side of `task`: a lease keeper (not started), as the wrap makes one."""
+    r = task.ref
+    return LeaseKeeper(JobEnv(job_id=r.job_id, attempt=r.attempt, rank=r.rank, world_size=1,
+                              daemon_address=address, job_token=task.job_token), samples_per_step=1)
 
 
 def renewal(task: node_pb2.TaskSpec, step: int, **fields: float) -> job_pb2.RenewLeaseRequest:
@@ -185,12 +205,8 @@ def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_resta
     admin = d1.admin()
     node, (task,) = launch(d1, admin, "keeper-node", ["kept"])
     admin.close()
-    beats_end = threading.Event()
-    beating = threading.Thread(target=node.keep_beating, args=(beats_end,), daemon=True)
-    beating.start()
-    r = task.ref
-    keeper = LeaseKeeper(JobEnv(job_id=r.job_id, attempt=r.attempt, rank=r.rank, world_size=1,
-                                daemon_address=d1.address, job_token=task.job_token), samples_per_step=1)
+    stop_beating = beat(node)
+    keeper = keeper_for(d1.address, task)
     keeper.start()
     try:
         wait_for(lambda: keeper.renewals >= 3, what="renewals on the stream")
@@ -210,8 +226,7 @@ def test_the_lease_keeper_renews_on_a_stream_and_resumes_it_after_a_daemon_resta
         assert d2.alive
     finally:
         keeper.close()
-        beats_end.set()
-        beating.join()
+        stop_beating()
 
 
 def test_streams_beyond_the_limit_are_refused_and_the_job_renews_by_calls(start_daemon) -> None:
@@ -263,3 +278,71 @@ def test_streams_beyond_the_limit_are_refused_and_the_job_renews_by_calls(start_
 def test_the_stream_limit_is_checked_at_start(start_daemon) -> None:
     with pytest.raises(AssertionError, match="--max-renewal-streams must be from 1 to 1000000, got 0"):
         start_daemon("--max-renewal-streams", "0")
+
+
+def test_a_quiet_stream_is_answered_every_nth_message_and_at_once_on_a_change(start_daemon) -> None:
+    """`answer_every`: a stream's first message is answered; after it, at least every third,
+    and the ones between only when their answer changes (a drained node's STOP comes in
+    answer to the very next message). A value above the limit is refused by name and the
+    stream goes on."""
+    from synergy.scheduler.daemon.validation import MAX_ANSWER_EVERY
+
+    daemon = start_daemon(round_s=5)  # its own: the module's daemon has requeued jobs ahead in FIFO
+    admin = daemon.admin()
+    node, (task,) = launch(daemon, admin, "quiet-node", ["quiet"])
+    stop_beating = beat(node)
+    ch = channel(daemon.address)
+    stream = MessageStream(job_pb2_grpc.JobServiceStub(ch).RenewLeaseStream, md(task.job_token))
+    step = 0
+
+    def send(**fields: int) -> job_pb2.RenewLeaseResponse | None:
+        """One message; its answer, or None when the daemon left it unanswered."""
+        nonlocal step
+        step += 1
+        stream.send(renewal(task, step, **fields))
+        answer = stream.answer(0.5)
+        return None if answer is None else stream_answer(answer)
+
+    try:
+        answered = [send(answer_every=3) is not None for _ in range(7)]
+        assert answered == [True, False, False, True, False, False, True]
+        assert [send() is not None for _ in range(2)] == [True, True]  # 0: every message, as RenewLease
+        assert send(answer_every=3) is None
+        with pytest.raises(StreamRefused, match="^INVALID_ARGUMENT: answer_every: must be at most"):
+            send(answer_every=MAX_ANSWER_EVERY + 1)
+        assert send(answer_every=3) is None  # the stream goes on
+        admin.DrainNode(admin_pb2.DrainNodeRequest(node_id="quiet-node", reason="test"))
+        stopped = send(answer_every=3)
+        assert stopped is not None and stopped.action == job_pb2.LEASE_ACTION_STOP
+        assert send(answer_every=3) is None  # the same STOP again: not repeated
+    finally:
+        stream.close()
+        ch.close()
+        stop_beating()
+        node.ch.close()
+        admin.close()
+
+
+def test_the_lease_keeper_takes_a_tenth_of_the_answers_and_a_stop_as_it_comes(start_daemon) -> None:
+    """The wrap's renewals ask for an answer once per 10 s of renewals (every 10th message
+    at this 0.1 s interval, iterator `answer_every_for`): the daemon writes a fraction of the
+    answers, and a STOP still reaches the job at once, applied by the thread waiting on the
+    stream, not at the next renewal it sends."""
+    d = start_daemon(round_s=1)  # renew every 0.1 s
+    admin = d.admin()
+    node, (task,) = launch(d, admin, "keeper-quiet", ["kept-quiet"])
+    stop_beating = beat(node)
+    keeper = keeper_for(d.address, task)
+    keeper.start()
+    try:
+        wait_for(lambda: keeper.sent >= 30, what="30 renewals sent")
+        sent, answered = keeper.sent, keeper.renewals
+        assert sent / 10 - 2 <= answered <= sent / 4, (sent, answered)
+        assert keeper.streams_opened == 1 and not keeper.stop_at
+        admin.DrainNode(admin_pb2.DrainNodeRequest(node_id="keeper-quiet", reason="test"))
+        wait_for(lambda: keeper.stop_at > 0, timeout=5, what="the STOP")
+        assert "drain" in keeper.stop_reason
+    finally:
+        keeper.close()
+        stop_beating()
+        admin.close()

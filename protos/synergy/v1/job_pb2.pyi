@@ -119,7 +119,7 @@ class ReportProfileResponse(_message.Message):
     def __init__(self, profile_source: _Optional[str] = ...) -> None: ...
 
 class RenewLeaseRequest(_message.Message):
-    __slots__ = ("job_id", "attempt", "rank", "step", "samples_per_s", "steps_per_s", "profile_cpus", "cache", "profile_sub_cpus")
+    __slots__ = ("job_id", "attempt", "rank", "step", "samples_per_s", "steps_per_s", "profile_cpus", "cache", "profile_sub_cpus", "answer_every")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class RenewLeaseRequest(_message.Message):
     PROFILE_CPUS_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
     PROFILE_SUB_CPUS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_EVERY_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     rank: int
@@ -138,7 +139,8 @@ class RenewLeaseRequest(_message.Message):
     profile_cpus: int
     cache: _common_pb2.CacheStats
     profile_sub_cpus: float
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ..., profile_cpus: _Optional[int] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ..., profile_sub_cpus: _Optional[float] = ...) -> None: ...
+    answer_every: int
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., samples_per_s: _Optional[float] = ..., steps_per_s: _Optional[float] = ..., profile_cpus: _Optional[int] = ..., cache: _Optional[_Union[_common_pb2.CacheStats, _Mapping]] = ..., profile_sub_cpus: _Optional[float] = ..., answer_every: _Optional[int] = ...) -> None: ...
 
 class RenewLeaseResponse(_message.Message):
     __slots__ = ("action", "lease", "stop_at_step", "reason", "renew_interval_s", "in_force", "profiling", "checkpoint_at_step")

@@ -113,9 +113,9 @@ class JobServiceServicer:
         """RenewLease on one long-lived stream, what the iterator uses (a message on an open stream
         costs the daemon about a third of a unary call's gRPC CPU). Same auth (the job token, checked
         when the stream opens; each message must name that token's job), same validation. Every
-        request is answered, in order, by one response: the RenewLease reply, or the status code
-        and message RenewLease would have failed with; an error on one message does not end the
-        stream. Undecodable request bytes end it with INVALID_ARGUMENT. A client whose stream
+        request is answered, in order, by one response (unless it asks for fewer: `answer_every`):
+        the RenewLease reply, or the status code and message RenewLease would have failed with; an
+        error on one message does not end the stream. Undecodable request bytes end it with INVALID_ARGUMENT. A client whose stream
         breaks (daemon restart) sends that renewal with RenewLease and reopens the stream later.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, overload
 
 import grpc
 
@@ -29,14 +29,28 @@ _ACTIONS = {
 
 @dataclass(slots=True)
 class _Answer:
-    """A rank's last answer and what it was built from: the record (by identity: a changed
-    job is a new record), the action, and the allocation its agent reported in force. The
-    renewal interval is the daemon's and never changes; a profiling lease is never kept."""
+    """A rank's last answer and what it was built from: the record (`_same_terms`), the
+    action, and the allocation its agent reported in force. The renewal interval is the
+    daemon's and never changes; a profiling lease is never kept."""
 
     job: JobRecord
     action: LeaseAction
     in_force: tuple[Placement, tuple[int, ...]] | None
     reply: job_pb2.RenewLeaseResponse
+
+
+def _same_terms(last: _Answer, job: JobRecord) -> bool:
+    """Whether `job` gives the answer `last` was built from: the same record, or one that
+    differs only where a renewal's answer does not read (the progress a flush writes every
+    few seconds: steps, GPU-seconds, throughput). Then `last` keeps the new record."""
+    kept = last.job
+    if kept is job:
+        return True
+    if (kept.attempt != job.attempt or kept.round_index != job.round_index or kept.placements != job.placements
+            or kept.stop_at_step != job.stop_at_step or kept.stop_reason != job.stop_reason):
+        return False
+    last.job = job
+    return True
 
 
 class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
@@ -55,6 +69,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         return caller_job(context, self.ctx.job_tokens)
 
     def _lease(self, job: JobRecord, expires_at: float) -> job_pb2.Lease:
+        """The lease a renewal answers with: reads only what `_same_terms` compares."""
         return job_pb2.Lease(
             job_id=job.id,
             attempt=job.attempt,
@@ -134,13 +149,21 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"{limit} renewal streams are open (--max-renewal-streams); renew with RenewLease")
         self._streams.add(task)
+        unanswered = -1  # messages left unanswered since this stream's last answer (-1: none yet)
         try:
             async for request in requests:
                 try:
-                    yield job_pb2.RenewLeaseStreamResponse(reply=await self._renewed(caller, request))
+                    quiet = 0 <= unanswered < request.answer_every - 1
+                    reply = await self._renewed(caller, request, quiet)
+                    if reply is None:
+                        unanswered += 1
+                        continue
+                    unanswered = 0
+                    yield job_pb2.RenewLeaseStreamResponse(reply=reply)
                 except Exception as exc:  # noqa: BLE001 (as @rpc: a bad message never ends the daemon)
                     code, message = failure(self, "RenewLeaseStream", exc)
                     self.ctx.metrics.rpc_errors.labels("RenewLeaseStream", code.name).inc()
+                    unanswered = min(unanswered, 0)  # heard from; still no reply on this stream if none yet
                     yield job_pb2.RenewLeaseStreamResponse(code=code.value[0], message=message)
         except asyncio.CancelledError:
             if not self._ending:
@@ -158,16 +181,30 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         for task in list(self._streams):
             task.cancel()
 
-    async def _renewed(self, caller: int, request: job_pb2.RenewLeaseRequest) -> job_pb2.RenewLeaseResponse:
+    @overload
+    async def _renewed(self, caller: int, request: job_pb2.RenewLeaseRequest) -> job_pb2.RenewLeaseResponse: ...
+
+    @overload
+    async def _renewed(self, caller: int, request: job_pb2.RenewLeaseRequest,
+                       quiet: bool) -> job_pb2.RenewLeaseResponse | None: ...
+
+    async def _renewed(self, caller: int, request: job_pb2.RenewLeaseRequest,
+                       quiet: bool = False) -> job_pb2.RenewLeaseResponse | None:
         """The renewal on the loop; when its answer needs the state lock (agreeing a stop step)
         and a round or periodic event holds it, the wait goes to the loop's executor thread,
-        as @rpc's handlers do: the loop, and every other renewal, never waits for the lock."""
+        as @rpc's handlers do: the loop, and every other renewal, never waits for the lock.
+        `quiet`: None instead of an answer that would repeat the rank's last one."""
         try:
-            return self._renew(caller, request, wait=False)
+            return self._renew(caller, request, False, quiet)
         except LockBusy:
-            return await asyncio.get_running_loop().run_in_executor(None, self._renew, caller, request, True)
+            return await asyncio.get_running_loop().run_in_executor(None, self._renew, caller, request, True, quiet)
 
-    def _renew(self, caller: int, request: job_pb2.RenewLeaseRequest, wait: bool) -> job_pb2.RenewLeaseResponse:
+    def _renew(self, caller: int, request: job_pb2.RenewLeaseRequest, wait: bool,
+               quiet: bool = False) -> job_pb2.RenewLeaseResponse | None:
+        """The renewal's answer; with `quiet`, None when it is the rank's last answer with
+        only a later expiry (the job does not read the expiry: the daemon decides when a lease
+        is lost). The renewal itself is recorded either way."""
+        validation.answer_every(request.answer_every)
         r = self.leases.renew(
             caller,
             request.job_id,
@@ -185,12 +222,17 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         profiling = self._profiling(r.job)
         key = (request.job_id, request.rank)
         last = self._answers.get(key)
-        if last is not None and last.job is r.job and last.action is r.action and last.in_force == in_force \
-                and profiling is None:
+        if last is not None and last.action is r.action and last.in_force == in_force and profiling is None \
+                and _same_terms(last, r.job):
+            moved = last.reply.checkpoint_at_step != r.checkpoint_at_step
+            if quiet and not moved:
+                return None
             reply = job_pb2.RenewLeaseResponse()
             reply.CopyFrom(last.reply)
             reply.lease.expires_at_unix_s = r.expires_at
             reply.checkpoint_at_step = r.checkpoint_at_step
+            if moved:
+                last.reply = reply  # what a quiet renewal compares with
             return reply
         reply = job_pb2.RenewLeaseResponse(
             action=_ACTIONS[r.action],
