@@ -8,9 +8,8 @@ iterator: each renewal a message on the job's own RenewLeaseStream, RenewLease w
 stream broke (`--renewals unary`: RenewLease calls only, as older iterators; the before/after
 figure of issue 17), asking for an answer every few messages or on a change as the iterator
 does (every 10th at a 1 s cadence; `--answer-every 1`: every message answered, as before
-2026-11-28). Once all N jobs run,
-it measures every renewal and Heartbeat for --duration seconds and prints throughput and
-latency per kind (client-side wall time: the figures include gRPC, the network stack and the
+2026-11-28). Once all N jobs run, it measures every renewal and Heartbeat for --duration
+seconds and prints throughput and latency per kind (client-side wall time: the figures include gRPC, the network stack and the
 load generator, as a job would see them; a renewal left unanswered has no latency, is counted
 apart, and counts as an RPC in the daemon's CPU per RPC: it was processed).
 
@@ -180,13 +179,13 @@ class Stats:
     #: the rest the daemon processed and left unanswered (no latency).
     quiet_sent: int = 0
     quiet_answered: int = 0
+    #: (RPC, status code) -> (count, the first message): what failed, printed under the table.
+    why: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    setup: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def unanswered(self) -> int:
         return max(0, self.quiet_sent - self.quiet_answered)
-    #: (RPC, status code) -> (count, the first message): what failed, printed under the table.
-    why: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
-    setup: dict[str, list[float]] = field(default_factory=dict)
 
     def record(self, kind: str, seconds: float, ok: bool, error: BaseException | None = None) -> None:
         if not ok:
