@@ -96,7 +96,7 @@ def counter(value: int, field: str) -> int:
     return value
 
 
-#: The most renewal messages a stream may ask to leave answered at least once in (RenewLeaseRequest.answer_every).
+#: The largest RenewLeaseRequest.answer_every: a stream answered at least once per this many messages.
 MAX_ANSWER_EVERY = 100
 
 

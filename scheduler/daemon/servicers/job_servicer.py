@@ -39,18 +39,13 @@ class _Answer:
     reply: job_pb2.RenewLeaseResponse
 
 
-def _same_terms(last: _Answer, job: JobRecord) -> bool:
-    """Whether `job` gives the answer `last` was built from: the same record, or one that
-    differs only where a renewal's answer does not read (the progress a flush writes every
-    few seconds: steps, GPU-seconds, throughput). Then `last` keeps the new record."""
-    kept = last.job
-    if kept is job:
-        return True
-    if (kept.attempt != job.attempt or kept.round_index != job.round_index or kept.placements != job.placements
-            or kept.stop_at_step != job.stop_at_step or kept.stop_reason != job.stop_reason):
-        return False
-    last.job = job
-    return True
+def _same_terms(kept: JobRecord, job: JobRecord) -> bool:
+    """Whether `job` gives the answer `kept` did: the same record, or one that differs only
+    where a renewal's answer does not read (the progress a flush writes every few seconds:
+    steps, GPU-seconds, throughput)."""
+    return kept is job or (kept.attempt == job.attempt and kept.round_index == job.round_index
+                           and kept.placements == job.placements and kept.stop_at_step == job.stop_at_step
+                           and kept.stop_reason == job.stop_reason)
 
 
 class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
@@ -223,7 +218,8 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         key = (request.job_id, request.rank)
         last = self._answers.get(key)
         if last is not None and last.action is r.action and last.in_force == in_force and profiling is None \
-                and _same_terms(last, r.job):
+                and _same_terms(last.job, r.job):
+            last.job = r.job  # the next renewal's identity check then holds
             moved = last.reply.checkpoint_at_step != r.checkpoint_at_step
             if quiet and not moved:
                 return None
