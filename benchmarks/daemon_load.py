@@ -81,6 +81,8 @@ from synergy.v1 import admin_pb2, admin_pb2_grpc, common_pb2, job_pb2, job_pb2_g
 MAX_JOBS = 20_000
 MAX_AGENTS = 2_048
 RPC_TIMEOUT_S = 10.0
+#: Codes a client asks again after (the iterator's `_RETRY`): the daemon was down or too busy to answer.
+RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 TARGET_P99_MS = 20.0
 #: Daemon CPU (its own process and its decider worker, user + system) per measured RPC.
 TARGET_CPU_MS_PER_RPC = 0.25
@@ -163,6 +165,8 @@ class Settings:
     renewals: str = "stream"
     #: Ask for an answer at least every N-th renewal on a stream (0: as the iterator, from the interval).
     answer_every: int = 0
+    #: synergyd's --max-rpc-rate (None: its default; 0: no cap, the cadence never stretched).
+    max_rpc_rate: float | None = None
 
 
 @dataclass
@@ -182,6 +186,8 @@ class Stats:
     #: (RPC, status code) -> (count, the first message): what failed, printed under the table.
     why: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     setup: dict[str, list[float]] = field(default_factory=dict)
+    #: SubmitJob calls of the set-up asked again after their deadline (or UNAVAILABLE).
+    submit_retries: int = 0
 
     @property
     def unanswered(self) -> int:
@@ -332,11 +338,15 @@ class SimJob:
 
     async def run(self, node_id: str) -> None:
         ref, token = self.spec.ref, self.spec.job_token
-        reg = await timed(self.stats, "RegisterJobProcess", self.stub.RegisterJobProcess,
-                          job_pb2.RegisterJobProcessRequest(
-                              job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank,
-                              world_size=self.spec.world_size, node_id=node_id, hostname=node_id, pid=1),
-                          token)
+        request = job_pb2.RegisterJobProcessRequest(job_id=ref.job_id, attempt=ref.attempt, rank=ref.rank,
+                                                    world_size=self.spec.world_size, node_id=node_id,
+                                                    hostname=node_id, pid=1)
+        wait = 0.1
+        # As the iterator's LeaseKeeper.call: a daemon too busy to answer in time is asked again.
+        while isinstance(reg := await timed(self.stats, "RegisterJobProcess", self.stub.RegisterJobProcess,
+                                            request, token), grpc.RpcError) and reg.code() in RETRY_CODES:
+            await asyncio.sleep(wait)
+            wait = min(2.0, 2 * wait)
         if isinstance(reg, grpc.RpcError):
             self.exit_code = 1
             return
@@ -376,6 +386,8 @@ class SimAgent:
     streamed: bool = True
     answer_every: int = 0
     jobs: dict[tuple[int, int, int], SimJob] = field(default_factory=dict)
+    #: The heartbeat interval the daemon asked for last.
+    interval: float = 0.0
     placements: dict[tuple[int, int, int], common_pb2.Placement] = field(default_factory=dict)
     tasks: set[asyncio.Task] = field(default_factory=set)
 
@@ -423,9 +435,9 @@ class SimAgent:
             if not isinstance(r, grpc.RpcError):
                 break
             await asyncio.sleep(0.5)
-        interval = r.heartbeat_interval_s
+        self.interval = r.heartbeat_interval_s
         self.apply(r.instructions)
-        await asyncio.sleep(random.uniform(0, interval))
+        await asyncio.sleep(random.uniform(0, self.interval))
         next_at = time.monotonic()
         while True:
             hb = await timed(self.stats, "Heartbeat", self.stub.Heartbeat, node_pb2.HeartbeatRequest(
@@ -436,9 +448,9 @@ class SimAgent:
                                                   temperature_c=60.0) for i in range(self.gpus)])),
                 self.token)
             if not isinstance(hb, grpc.RpcError):
-                interval = hb.heartbeat_interval_s or interval
+                self.interval = hb.heartbeat_interval_s or self.interval
                 self.apply(hb.instructions, hb.forget)
-            next_at = max(next_at + interval, time.monotonic())
+            next_at = max(next_at + self.interval, time.monotonic())
             await asyncio.sleep(next_at - time.monotonic())
 
 
@@ -449,7 +461,8 @@ def start_daemon(state_dir: Path, s: Settings, decider: str) -> subprocess.Popen
         [sys.executable, "-m", "synergy.scheduler.daemon.main", "--state-dir", str(state_dir),
          "--host", "127.0.0.1", "--port", "0", "--round-s", str(s.round_s), "--policy", s.policy,
          "--mechanism", s.mechanism, "--log-level", "debug" if s.attribute else "warning",
-         "--max-job-gpus", "1", "--launch-timeout-s", str(max(120.0, s.setup_timeout_s))],
+         "--max-job-gpus", "1", "--launch-timeout-s", str(max(120.0, s.setup_timeout_s)),
+         *(["--max-rpc-rate", f"{s.max_rpc_rate:g}"] if s.max_rpc_rate is not None else [])],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SYNERGYD_DECIDER": decider})
     log.close()
     deadline = time.monotonic() + 60
@@ -498,10 +511,14 @@ async def drive(s: Settings, state_dir: Path, daemon: psutil.Process) -> tuple[S
         async def submit(i: int) -> None:
             spec = admin_pb2.JobSpec(name=f"load-{i:05d}", command=["python", "train.py"], gpus=1,
                                      model=models[i % len(models)], iterations=10_000_000)
-            async with gate:
-                r = await timed(stats, "SubmitJob", admin.SubmitJob, admin_pb2.SubmitJobRequest(spec=spec),
-                                admin_token)
-            if isinstance(r, grpc.RpcError):
+            for attempt in range(5):  # a CI pipeline would ask again; the name makes it safe
+                async with gate:
+                    r = await timed(stats, "SubmitJob", admin.SubmitJob, admin_pb2.SubmitJobRequest(spec=spec),
+                                    admin_token)
+                if not isinstance(r, grpc.RpcError) or r.code() not in RETRY_CODES:
+                    break
+                stats.submit_retries += 1
+            if isinstance(r, grpc.RpcError) and not (attempt and r.code() == grpc.StatusCode.ALREADY_EXISTS):
                 raise SystemExit(f"daemon_load: SubmitJob failed: {r.code().name}: {r.details()}")
 
         await asyncio.gather(*(submit(i) for i in range(s.jobs)))
@@ -545,6 +562,11 @@ async def drive(s: Settings, state_dir: Path, daemon: psutil.Process) -> tuple[S
         if spy is not None:
             spy.wait(timeout=s.duration_s + 30)
         timings["running_at_end"] = sum(1 for a in agents for j in a.jobs.values() if j.exit_code is None)
+        # What the clients were last told (the daemon stretches both past --max-rpc-rate).
+        told = [j.interval for a in agents for j in a.jobs.values() if j.exit_code is None and j.registered]
+        timings["renew_told_s"] = max(told, default=0.0)
+        timings["renew_told_min_s"] = min(told, default=0.0)
+        timings["beat_told_s"] = max((a.interval for a in agents), default=0.0)
     finally:
         for t in runners:
             t.cancel()
@@ -574,7 +596,14 @@ def report(s: Settings, stats: Stats, t: dict[str, float]) -> None:
           f"heartbeating every {beat:g} s (round {s.round_s:g} s, {s.policy}/{s.mechanism}), {os.cpu_count()} CPUs")
     sub = sorted(stats.setup.get("SubmitJob", []))
     print(f"setup: {s.jobs} jobs submitted in {t['submit_s']:.1f} s (SubmitJob p50 {percentile(sub, .5):.1f} ms, "
-          f"p99 {percentile(sub, .99):.1f} ms); all running after {t['all_running_s']:.1f} s")
+          f"p99 {percentile(sub, .99):.1f} ms{f', {stats.submit_retries} asked again' if stats.submit_retries else ''}); "
+          f"all running after {t['all_running_s']:.1f} s")
+    if t["renew_told_s"] > renew or t["beat_told_s"] > beat:
+        low = t["renew_told_min_s"]
+        told = f"{low:g}-{t['renew_told_s']:g}" if low != t["renew_told_s"] else f"{low:g}"
+        cap = "its default" if s.max_rpc_rate is None else f"{s.max_rpc_rate:g}"
+        print(f"cadence stretched by synergyd (--max-rpc-rate: {cap}): at the end, renewals every {told} s and "
+              f"heartbeats every {t['beat_told_s']:g} s, against {renew:g} s and {beat:g} s asked by the round")
     window = t["window_s"]
     print(f"measured window: {window:.1f} s; daemon CPU {t['daemon_cpu_pct']:.0f}% of one core, "
           f"load generator CPU {t['generator_cpu_pct']:.0f}%; jobs still running at the end: "
@@ -879,6 +908,9 @@ def parse_args(argv: list[str] | None = None) -> Settings:
                          "answered only when their answer changes (default 0: as the iterator, from "
                          "the renewal interval, every 10th at a 1 s cadence; 1: every renewal "
                          "answered, as before)")
+    ap.add_argument("--max-rpc-rate", type=float, default=None, metavar="N",
+                    help="synergyd's --max-rpc-rate: past it the daemon stretches the renewal and heartbeat "
+                         "intervals (default: synergyd's default; 0: no cap, as before 2026-11-28)")
     ap.add_argument("--py-spy", default="", metavar="SVG",
                     help="record where synergyd's CPU goes during the window with py-spy (pip install "
                          "py-spy into this venv): a flame graph for .svg, else collapsed stacks")
@@ -892,6 +924,8 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     for name, value in (("--round-s", a.round_s), ("--duration", a.duration), ("--setup-timeout", a.setup_timeout)):
         if not (math.isfinite(value) and 0 < value <= 3600):
             ap.error(f"{name} must be a positive number of seconds up to 3600, got {value}")
+    if a.max_rpc_rate is not None and not (math.isfinite(a.max_rpc_rate) and a.max_rpc_rate >= 0):
+        ap.error(f"--max-rpc-rate must be a number >= 0, got {a.max_rpc_rate}")
     if a.py_spy and not Path(py_spy_path()).exists():
         ap.error(f"--py-spy needs py-spy beside this Python ({py_spy_path()}): pip install py-spy")
     if a.burst_only and not a.burst:
@@ -899,7 +933,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     return Settings(a.jobs, a.agents, a.round_s, a.duration, a.setup_timeout, a.job_channels,
                     a.policy, a.mechanism, a.seed, a.timeline, a.decider, a.attribute, a.compare,
                     a.burst, a.burst_clients, not a.burst_only, a.py_spy, a.renewals,
-                    a.answer_every)
+                    a.answer_every, a.max_rpc_rate)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.placement.filters import DEFAULT_FILTERS, Admit, Filter, Verdict, run_filters
 from synergy.scheduler.placement.migration import Relabeller, relabel_to_previous, why_moved
 from synergy.scheduler.placement.packing import pack_per_type
+from synergy.scheduler.placement.steady import as_before
 from synergy.scheduler.placement.surplus import stay_on_surplus
 from synergy.scheduler.policies.base import Policy
 from synergy.scheduler.profiles.pairs import PairTable
@@ -48,6 +49,9 @@ class Scheduler:
     #: those jobs are trimmed toward their share, when that costs those nodes no speed
     #: (placement/surplus.py). False: the relabelled plan as it is.
     stay_over_surplus: bool = True
+    #: A round whose plan places exactly last round's jobs keeps last round's layout
+    #: (`as_before`); False lays it out afresh each round, as relabelling alone did.
+    stay_as_before: bool = True
 
     def schedule(self, inp: RoundInput) -> RoundOutput:
         # Seams: other pools (Lyra loans) get their own passes here; this release schedules
@@ -109,6 +113,9 @@ class Scheduler:
         """
         leftovers = bool(getattr(self.mechanism, "redistribute", False))
         demands = out.allocations
+        before = as_before(demands, inp.previous, own, jobs, leftovers) if self.stay_as_before else None
+        if before is not None:
+            return replace(out, allocations=before), {jid: inp.previous[jid] for jid in before}
         plan = hand_out(demands, jobs, own) if leftovers else demands
         plan = self.relabel(plan, inp.previous, own) if self.relabel is not None else dict(plan)
         if leftovers and self.stay_over_surplus:

@@ -77,6 +77,9 @@ class DaemonConfig:
     #: job renews by unary calls; gRPC's own limit on concurrent calls is this plus
     #: `server.CALL_HEADROOM`, so heartbeats and other calls always find room.
     max_renewal_streams: int = 32768
+    #: Calls a second (renewals + heartbeats) the round's cadence may ask of synergyd before
+    #: both intervals are stretched (cadence.py); 0 = no cap.
+    max_rpc_rate: float = 2000.0
     log_level: str = "info"
     log_format: str = "json"
     #: What runs the jobs: "agent" (synergy-agent on every node) or "slurm" (docs/slurm.md).
@@ -199,6 +202,10 @@ HELP: dict[str, str] = {
     "max_renewal_streams": "renewal streams open at once, one per running job rank (default 32768, 1 to 1000000); "
     "beyond it a job renews by separate calls; gRPC admits this many calls at once plus 8192 for heartbeats "
     "and everything else",
+    "max_rpc_rate": "renewals and heartbeats a second the round's cadence may ask of synergyd (ranks placed / renew "
+    "interval + nodes / heartbeat interval); past it synergyd stretches both intervals, and the lease and node "
+    "timeouts with them, in steps of 1.41x until it fits, so an overloaded daemon slows its clients down rather "
+    "than losing them (docs/daemon.md, \"Cadence under load\"; 0 = no cap; default 2000)",
     "log_level": "debug, info, warning or error (default info)",
     "log_format": "json (one object per line, default) or text",
     "backend": "what runs the jobs: agent (synergy-agent on every node, the default) or slurm (a Slurm partition "
@@ -330,6 +337,8 @@ def _validate(c: DaemonConfig) -> None:
         raise ConfigError(str(exc)) from None
     if not 1 <= c.max_renewal_streams <= 1_000_000:
         raise ConfigError(f"--max-renewal-streams must be from 1 to 1000000, got {c.max_renewal_streams}")
+    if not (math.isfinite(c.max_rpc_rate) and c.max_rpc_rate >= 0):
+        raise ConfigError(f"--max-rpc-rate must be a number >= 0 (0: no cap), got {c.max_rpc_rate:g}")
     low, high = MAX_MESSAGE_MB_RANGE
     if not (math.isfinite(c.max_message_mb) and low <= c.max_message_mb <= high):
         raise ConfigError(

@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from synergy.scheduler.daemon.cadence import Cadence
 from synergy.scheduler.daemon.clock import Clock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.decider import Decider, InlineDecider
@@ -50,11 +51,34 @@ class DaemonContext:
     task_logs: TaskLogs = field(default_factory=TaskLogs)
     #: Per-job throughput baselines for the agents' contention eliminator (live only).
     progress: ProgressBook = field(default_factory=ProgressBook)
+    #: The round's cadence, stretched under load (cadence.py): read the intervals and timeouts
+    #: below, not the config's, which are the unstretched ones.
+    cadence: Cadence = field(init=False)
 
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock.now()
+        self.cadence = Cadence(self.config.max_rpc_rate)
         for job in self.store.jobs():
             self.job_tokens[token_digest(job.token)] = job.id
+
+    @property
+    def renew_interval_s(self) -> float:
+        """How often ranks are told to renew now."""
+        return self.config.renew_interval_s * self.cadence.stretch
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """How often agents are told to heartbeat now."""
+        return self.config.heartbeat_interval_s * self.cadence.stretch
+
+    def lease_grace(self, now: float) -> float:
+        return self.config.lease_grace * self.cadence.timeouts(now)
+
+    def node_timeout(self, now: float) -> float:
+        return self.config.node_timeout * self.cadence.timeouts(now)
+
+    def heartbeat_window(self, now: float) -> float:
+        return self.config.heartbeat_window * self.cadence.timeouts(now)
 
     def save_jobs(self, changes: Iterable[tuple[JobRecord | None, JobRecord]]) -> None:
         """Commit (old, new) job pairs in one transaction, then count the new transitions."""

@@ -153,6 +153,37 @@ class ProgressFlushEvent(PeriodicEvent):
         self.parts.jobs.flush_progress(sorted(self.ctx.live.jobs))
 
 
+class CadenceEvent(PeriodicEvent):
+    """Stretches the renewal and heartbeat intervals, and the timeouts counted in them, when
+    the round's cadence would ask synergyd for more calls a second than --max-rpc-rate, and
+    eases them back when it would not (cadence.py). Logged and exported when it changes."""
+
+    name = "cadence"
+
+    @property
+    def interval_s(self) -> float:
+        return 1.0
+
+    def run(self) -> None:
+        ctx, cfg = self.ctx, self.ctx.config
+        if cfg.max_rpc_rate <= 0:
+            return
+        with ctx.lock:  # a count the store keeps: no walk over the jobs every second
+            ranks = ctx.store.renewing_ranks()
+            nodes = sum(1 for n in ctx.live.nodes.values() if not n.lost)
+        asked = ranks / cfg.renew_interval_s + nodes / cfg.heartbeat_interval_s
+        cadence, now = ctx.cadence, ctx.clock.now()
+        was = cadence.stretch
+        hold = was * (max(cfg.lease_grace, cfg.node_timeout) + max(cfg.renew_interval_s, cfg.heartbeat_interval_s))
+        if cadence.update(asked, now, hold):
+            ctx.metrics.cadence_stretch.set(cadence.stretch)
+            event(ctx.log, "daemon.cadence", level=logging.WARNING if cadence.stretch > was else logging.INFO,
+                  asked_rpc_s=round(asked), max_rpc_rate=cfg.max_rpc_rate, ranks=ranks, nodes=nodes,
+                  stretch=round(cadence.stretch, 3), renew_interval_s=round(ctx.renew_interval_s, 3),
+                  heartbeat_interval_s=round(ctx.heartbeat_interval_s, 3),
+                  lease_grace_s=round(ctx.lease_grace(now), 3), node_timeout_s=round(ctx.node_timeout(now), 3))
+
+
 class GcSweepEvent(PeriodicEvent):
     """Once an hour, the garbage collector walks everything it froze (collector.py): cycles
     among objects frozen since are freed. A pause of a full walk (0.4-0.8 s at 10,000 jobs)."""

@@ -108,7 +108,7 @@ class LeaseBook:
             live = ctx.live.job(job.id, job.attempt, now)
             live.ranks[rank] = RankLease(last_renewal=now, step=job.checkpoint_step)
             event(ctx.log, "job.process_registered", job=job.id, attempt=attempt, rank=rank)
-            return job, now + ctx.config.lease_grace
+            return job, now + ctx.lease_grace(now)
 
     def renew(
         self,
@@ -202,18 +202,18 @@ class LeaseBook:
         now = ctx.clock.now()
         live = ctx.live.job(job.id, job.attempt, now)
         live.ranks[rank] = RankLease(now, step, samples, rate)
-        expires = now + ctx.config.lease_grace
+        expires = now + ctx.lease_grace(now)
         if not job.stopping:
             at = periodic.due(job, live, now, ctx.config)
             if at is None:
                 if not locked:
                     return None
-                at = periodic.advance(job, live, now, ctx.config)
+                at = periodic.advance(job, live, now, ctx.config, ctx.renew_interval_s)
             return Renewal(LeaseAction.CONTINUE, job, expires, in_force=self.in_force(job, rank), checkpoint_at_step=at)
         if not job.stop_at_step:
             if not locked:
                 return None
-            new = replace(job, stop_at_step=live.step + periodic.margin(live, ctx.config))
+            new = replace(job, stop_at_step=live.step + periodic.margin(live, ctx.renew_interval_s))
             ctx.save_jobs([(job, new)])
             event(ctx.log, "job.stop_agreed", job=job.id, attempt=attempt, stop_at_step=new.stop_at_step)
             job = new
@@ -322,7 +322,8 @@ class LeaseBook:
         with ctx.lock:
             jobs = ctx.store.active_jobs()  # a copy of the record list: cheap, and not safe unlocked
         now = ctx.clock.now()
-        next_scan = now + min(cfg.lease_grace, cfg.launch_timeout, cfg.stop_timeout + cfg.lease_grace)
+        grace = ctx.lease_grace(now)
+        next_scan = now + min(grace, cfg.launch_timeout, cfg.stop_timeout + grace)
         suspects = []
         for job in jobs:
             if job.placed:
@@ -355,15 +356,16 @@ class LeaseBook:
         cfg = self.ctx.config
         if live is None or live.attempt != job.attempt:
             return -math.inf, "unseen"
+        grace = self.ctx.lease_grace(now)
         if job.stopping:
-            limit = cfg.stop_timeout + cfg.lease_grace
+            limit = cfg.stop_timeout + grace
             at = job.stop_requested_at + limit
             return at, f"{job.stop_reason}; did not exit within {limit:g} s of the stop request" if now > at else ""
         first = math.inf
         for rank in range(len(job.placements)):
             r = live.ranks.get(rank)
             if r is not None:
-                at = r.last_renewal + cfg.lease_grace
+                at = r.last_renewal + grace
                 if now > at:
                     return at, f"lost: rank {rank} has not renewed its lease for {now - r.last_renewal:.1f} s"
             # A CPU-only job is a plain command (no iterator, no lease): its agent's task

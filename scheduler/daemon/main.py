@@ -22,6 +22,7 @@ from synergy.scheduler.daemon.app import App
 from synergy.scheduler.daemon.config import ConfigError, load_config
 from synergy.scheduler.daemon import collector
 from synergy.scheduler.daemon.events import (
+    CadenceEvent,
     GcSweepEvent,
     LeaseExpiryEvent,
     NodeLivenessEvent,
@@ -34,7 +35,8 @@ from synergy.scheduler.daemon.server import BindError
 from synergy.scheduler.profiles.format import ProfileError
 from synergy.scheduler.statedir import DatabaseDamaged, StateDirError, is_corruption
 
-EVENTS = (RoundEvent, ProfilingEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, GcSweepEvent)
+EVENTS = (RoundEvent, ProfilingEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, CadenceEvent,
+          GcSweepEvent)
 
 
 class Exit(enum.IntEnum):

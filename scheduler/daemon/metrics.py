@@ -60,6 +60,13 @@ class Metrics:
             registry=r,
         )
         self.queue_length = Gauge("synergyd_queue_length", "Jobs waiting in QUEUED.", registry=r)
+        self.cadence_stretch = Gauge(
+            "synergyd_cadence_stretch",
+            "Factor on the round's renewal and heartbeat intervals and their timeouts (1: none; "
+            "above 1 while the cadence would ask for more calls a second than --max-rpc-rate).",
+            registry=r,
+        )
+        self.cadence_stretch.set(1.0)
         self.running_jobs = Gauge("synergyd_running_jobs", "Jobs in RUNNING.", registry=r)
         self.jobs = Gauge("synergyd_jobs", "Jobs per lifecycle state.", ["state"], registry=r)
         # One gauge per unit (Prometheus: never mix units in one metric), each by kind.

@@ -120,12 +120,13 @@ class NodeBook:
         live = ctx.live.nodes.get(old.id)
         # Not heard from since this daemon started: the persisted instance gets a full timeout.
         silent = now - (live.last_heartbeat if live is not None else ctx.started_at)
-        if not (live is not None and live.lost) and silent <= ctx.config.node_timeout:
+        timeout = ctx.node_timeout(now)
+        if not (live is not None and live.lost) and silent <= timeout:
             event(ctx.log, "node.duplicate_refused", node=old.id, hostname=incoming.hostname, silent_s=round(silent, 1))
             raise AlreadyExists(
                 f"node_id: node {old.id!r} is registered by another agent instance (host {old.hostname!r}) "
                 f"that is alive, last heard {silent:.1f} s ago; stop that agent, or wait for it to miss "
-                f"heartbeats for {ctx.config.node_timeout:g} s"
+                f"heartbeats for {timeout:g} s"
             )
         if live is None or not live.lost:
             self._lose(old.id, f"node {old.id} lost: its agent was replaced after {silent:.1f} s of silence")
@@ -239,7 +240,7 @@ class NodeBook:
                     ctx.live.nodes[node.id] = NodeLive(last_heartbeat=now)
                     continue
                 silent = now - live.last_heartbeat
-                if live.lost or silent <= ctx.config.node_timeout:
+                if live.lost or silent <= ctx.node_timeout(now):
                     continue
                 lost.append(node.id)
                 event(ctx.log, "node.lost", node=node.id, silent_s=round(silent, 1))

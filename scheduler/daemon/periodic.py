@@ -24,9 +24,10 @@ from synergy.scheduler.daemon.records import JobRecord
 MAX_MARGIN = 100_000
 
 
-def margin(live: JobLive, cfg: DaemonConfig) -> int:
-    """Steps ahead of the furthest rank an agreed step (stop or checkpoint) lies."""
-    return min(MAX_MARGIN, max(1, math.ceil(live.steps_per_s * 2 * cfg.renew_interval_s)))
+def margin(live: JobLive, renew_interval_s: float) -> int:
+    """Steps ahead of the furthest rank an agreed step (stop or checkpoint) lies: two renewal
+    intervals (the interval in force, stretched under load) at the job's pace."""
+    return min(MAX_MARGIN, max(1, math.ceil(live.steps_per_s * 2 * renew_interval_s)))
 
 
 def every_s(job: JobRecord, cfg: DaemonConfig) -> float:
@@ -59,11 +60,11 @@ def due(job: JobRecord, live: JobLive, now: float, cfg: DaemonConfig) -> int | N
     return None if now - (live.checkpoint_base or live.since) >= every and _paced(job, live) else 0
 
 
-def advance(job: JobRecord, live: JobLive, now: float, cfg: DaemonConfig) -> int:
+def advance(job: JobRecord, live: JobLive, now: float, cfg: DaemonConfig, renew_interval_s: float) -> int:
     """Under the lock: close a pending checkpoint every rank passed, agree the next one if due."""
     if live.checkpoint_at and _passed(job, live):
         live.checkpoint_at, live.checkpoint_base = 0, now
     every = every_s(job, cfg)
     if every and not live.checkpoint_at and now - (live.checkpoint_base or live.since) >= every and _paced(job, live):
-        live.checkpoint_at = live.step + margin(live, cfg)
+        live.checkpoint_at = live.step + margin(live, renew_interval_s)
     return live.checkpoint_at

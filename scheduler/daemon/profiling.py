@@ -100,7 +100,7 @@ class ProfilingBook:
             if not waiting:
                 return 0
             cluster = self.cluster()
-            inp = RoundInput(now, cluster, [], {}, ctx.config.round_s, ctx.config.heartbeat_window)
+            inp = RoundInput(now, cluster, [], {}, ctx.config.round_s, ctx.heartbeat_window(now))
             open_nodes = Cluster(tuple(s for s in cluster.servers if run_filters(DEFAULT_FILTERS, s, inp).admit == Admit.ANY))
             asks = [ProfilingAsk(j.id, j.spec.gpus, frozenset(j.spec.gpu_types)) for j in waiting]
             # Profiled jobs waiting for a round keep their proportional share (in the pending

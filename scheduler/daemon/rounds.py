@@ -177,7 +177,7 @@ class RoundLoop:
                 if j.state == JobState.RUNNING and j.placements and not j.stopping
             }
         started = time.perf_counter()
-        inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.config.heartbeat_window,
+        inp = RoundInput(now, cluster, core_jobs, previous, ctx.config.round_s, ctx.heartbeat_window(now),
                          last=frozenset(j.id for j in stand_ins))
         out = ctx.decider.decide(scheduler, inp)
         if out.moves and starting:

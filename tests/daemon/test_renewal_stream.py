@@ -346,3 +346,53 @@ def test_the_lease_keeper_takes_a_tenth_of_the_answers_and_a_stop_as_it_comes(st
         keeper.close()
         stop_beating()
         admin.close()
+
+
+def test_a_stretched_cadence_reaches_every_rank_at_its_next_renewal_and_every_node_at_its_next_heartbeat(
+        start_daemon) -> None:
+    """--max-rpc-rate (cadence.py): one rank and one node at 0.5 s ask for 4 calls a second, 8
+    times a cap of 0.5, so synergyd tells them 4 s; a second node makes it 6 calls, a stretch
+    of 16 and 8 s. A quiet stream hears the new interval in answer to its very next message,
+    as it hears any changed answer (fails when a kept answer ignores the interval)."""
+    import json
+
+    d = start_daemon("--max-rpc-rate", "0.5", round_s=5)  # unstretched: every 0.5 s
+
+    def stretch() -> float:
+        lines = [json.loads(line) for line in d.log_text().splitlines() if '"daemon.cadence"' in line]
+        return lines[-1]["stretch"] if lines else 1.0
+
+    admin = d.admin()
+    node, (task,) = launch(d, admin, "busy-node", ["stretched"])
+    stop_beating = beat(node)
+    wait_for(lambda: stretch() == 8.0, timeout=10, what="a stretch of 8")
+    ch = channel(d.address)
+    stream = MessageStream(job_pb2_grpc.JobServiceStub(ch).RenewLeaseStream, md(task.job_token))
+    other = Node(d.address, d.cluster_token, "busy-node-2", 1)
+    stop_other = beat(other)
+    try:
+        stream.send(renewal(task, 1, answer_every=10))
+        first = stream_answer(stream.answer(5))
+        assert first.renew_interval_s == 4.0
+        stream.send(renewal(task, 2, answer_every=10))
+        quiet = stream.answer(0.5)
+        if stretch() == 8.0:  # the second node not counted yet: nothing changed
+            assert quiet is None
+        wait_for(lambda: stretch() == 16.0, timeout=10, what="a stretch of 16")
+        stream.send(renewal(task, 3, answer_every=10))
+        changed = stream.answer(5)
+        assert changed is not None and stream_answer(changed).renew_interval_s == 8.0
+        beat_reply = node.stub.Heartbeat(node_pb2.HeartbeatRequest(node_id=node.node_id, tasks=node.statuses(),
+                                                                   instance_id="test-node"), metadata=node.md,
+                                         timeout=5)
+        assert beat_reply.heartbeat_interval_s == 8.0
+        stream.send(renewal(task, 4, answer_every=10))
+        assert stream.answer(0.5) is None  # heard: quiet again
+    finally:
+        stream.close()
+        ch.close()
+        stop_other()
+        stop_beating()
+        node.ch.close()
+        other.ch.close()
+        admin.close()

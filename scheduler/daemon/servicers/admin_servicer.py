@@ -90,7 +90,8 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         live: JobLive | None = self.ctx.live.jobs.get(job.id)
         expires = 0.0
         if live is not None and live.ranks:
-            expires = min(r.last_renewal for r in live.ranks.values()) + self.ctx.config.lease_grace
+            now = self.ctx.clock.now()
+            expires = min(r.last_renewal for r in live.ranks.values()) + self.ctx.lease_grace(now)
         info = convert.job_to_info(view, history, expires, full_spec)
         share = proportional_share(job, cluster if cluster is not None else self.rounds.cluster())
         if share is not None:
@@ -156,7 +157,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         job = self._own_job(context, request.job)
         key = TaskKey(job.id, job.attempt, request.rank)
         # The first answer takes one or two heartbeats; a node that sends nothing is reported.
-        patience = max(10.0, 4 * ctx.config.heartbeat_interval_s)
+        patience = max(10.0, 4 * ctx.heartbeat_interval_s)
         deadline, sent_to, sent_epoch, tails = time.monotonic() + patience, -1, 0, -1
         while True:
             with ctx.lock:

@@ -103,7 +103,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         )
         return job_pb2.RegisterJobProcessResponse(
             lease=self._lease(job, expires),
-            renew_interval_s=self.ctx.config.renew_interval_s,
+            renew_interval_s=self.ctx.renew_interval_s,
             resume_checkpoint_path=job.checkpoint_path,
             resume_step=job.checkpoint_step,
             profiling=self._profiling(job),
@@ -217,8 +217,9 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
         profiling = self._profiling(r.job)
         key = (request.job_id, request.rank)
         last = self._answers.get(key)
+        interval = self.ctx.renew_interval_s
         if last is not None and last.action is r.action and last.in_force == in_force and profiling is None \
-                and _same_terms(last.job, r.job):
+                and last.reply.renew_interval_s == interval and _same_terms(last.job, r.job):
             last.job = r.job  # the next renewal's identity check then holds
             moved = last.reply.checkpoint_at_step != r.checkpoint_at_step
             if quiet and not moved:
@@ -236,7 +237,7 @@ class JobServicer(Servicer, job_pb2_grpc.JobServiceServicer):
             stop_at_step=r.stop_at_step,
             checkpoint_at_step=r.checkpoint_at_step,
             reason=r.reason,
-            renew_interval_s=self.ctx.config.renew_interval_s,
+            renew_interval_s=interval,
             profiling=profiling,
         )
         if in_force is not None:

@@ -54,7 +54,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         reply = self.nodes.register(record, self._tasks(list(request.tasks), request.node_id))
         instructions, _ = self._reply(reply)
         return node_pb2.RegisterNodeResponse(
-            heartbeat_interval_s=self.ctx.config.heartbeat_interval_s,
+            heartbeat_interval_s=self.ctx.heartbeat_interval_s,
             state=convert.node_state_to_msg(reply.state),
             state_reason=reply.reason,
             instructions=instructions,
@@ -80,7 +80,7 @@ class NodeServicer(Servicer, node_pb2_grpc.NodeServiceServicer):
         )
         instructions, forget = self._reply(reply)
         return node_pb2.HeartbeatResponse(
-            heartbeat_interval_s=self.ctx.config.heartbeat_interval_s,
+            heartbeat_interval_s=self.ctx.heartbeat_interval_s,
             instructions=instructions,
             forget=forget,
             state=convert.node_state_to_msg(reply.state),

@@ -35,6 +35,11 @@ class StateStore(Protocol):
         """Jobs with this name, oldest first (names are reusable once a job has ended)."""
         ...
 
+    def renewing_ranks(self) -> int:
+        """Ranks of placed jobs that renew a lease (every placed job but a CPU-only one, which
+        runs a plain command): kept as jobs are saved, since the cadence asks every second."""
+        ...
+
     def next_job_id(self) -> int: ...
 
     def save_jobs(self, jobs: Iterable[JobRecord]) -> None:

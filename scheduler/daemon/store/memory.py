@@ -22,6 +22,7 @@ class MemoryStore:
         self._active_sorted: list[JobRecord] | None = None
         #: node id -> RUNNING jobs with a share on it (heartbeats look here, not at every job).
         self._on_node: dict[str, dict[int, JobRecord]] = {}
+        self._renewing_ranks = 0
         self._max_id = 0
         self._nodes: dict[str, NodeRecord] = {}
         self._settings: dict[str, str] = {}
@@ -42,6 +43,9 @@ class MemoryStore:
     def running_on(self, node_id: str) -> list[JobRecord]:
         held = self._on_node.get(node_id, {})
         return [held[k] for k in sorted(held)]
+
+    def renewing_ranks(self) -> int:
+        return self._renewing_ranks
 
     def jobs_named(self, name: str) -> list[JobRecord]:
         return [self._jobs[i] for i in self._names.get(name, ())]
@@ -93,6 +97,8 @@ class MemoryStore:
             else:
                 for p in old.placements:
                     self._on_node.get(p.server_id, {}).pop(j.id, None)
+                self._renewing_ranks -= _renewing(old)
+            self._renewing_ranks += _renewing(j)
             self._jobs[j.id] = j
             if j.state.terminal:
                 self._active.pop(j.id, None)
@@ -110,3 +116,8 @@ class MemoryStore:
             self._remember_jobs(
                 [replace(job, steps_done=steps_done, samples_per_s=samples_per_s, attained_gpu_s=attained_gpu_s)]
             )
+
+
+def _renewing(job: JobRecord) -> int:
+    """The ranks of `job` that renew a lease (`StateStore.renewing_ranks`)."""
+    return len(job.placements) if job.placed and not job.spec.cpu_only else 0
