@@ -115,7 +115,7 @@ class Scheduler:
         demands = out.allocations
         before = as_before(demands, inp.previous, own, jobs, leftovers) if self.stay_as_before else None
         if before is not None:
-            return replace(out, allocations=before), {jid: inp.previous[jid] for jid in before}
+            return replace(out, allocations=before), {jid: inp.previous.get(jid, a) for jid, a in before.items()}
         plan = hand_out(demands, jobs, own) if leftovers else demands
         plan = self.relabel(plan, inp.previous, own) if self.relabel is not None else dict(plan)
         if leftovers and self.stay_over_surplus:
