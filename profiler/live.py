@@ -213,9 +213,20 @@ def process_rss_gb(pid: int | None = None) -> float:
 
 def family_cpu_s(pid: int | None = None) -> float:
     """CPU seconds (user + system, every thread) a process and its direct children used so
-    far: what a profiling window reads to tell a CPU-bound point (`SATURATED_FRACTION`)."""
+    far: what a profiling window reads to tell a CPU-bound point (`SATURATED_FRACTION`).
+
+    The process's own count includes the children it has reaped (cutime, cstime): a DataLoader
+    worker that exits mid-window (the end of an epoch) moves its time there instead of losing
+    it, so the reading never goes back.
+    """
+    root = os.getpid() if pid is None else pid
     tick = os.sysconf("SC_CLK_TCK")
-    return sum(int(f[11]) + int(f[12]) for _, f in _family(pid)) / tick
+    ticks = 0
+    for entry, f in _family(root):
+        ticks += int(f[11]) + int(f[12])
+        if entry.name == str(root):
+            ticks += int(f[13]) + int(f[14])
+    return ticks / tick
 
 
 def build_profile(points: Sequence[tuple[float, float]], terms: ProfilingTerms, *, model: str,

@@ -204,23 +204,40 @@ def test_the_live_driver_reads_the_cpu_a_point_used():
     assert 0.5 not in edge.saturated and [c for c, _ in edge.result()] == [0.25, 0.5]
 
 
-def _burn(seconds: float) -> None:
+def _burn(seconds: float, burned=None, release=None) -> None:
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
+    if burned is not None:  # stay alive (and unreaped) until the parent has read
+        burned.set()
+        release.wait(30)
 
 
 def test_the_cpu_of_the_process_and_its_workers_is_read_from_proc():
-    """Real processes: a child that burns 0.6 s of CPU (a DataLoader worker's part) counts."""
+    """Real processes: a live child that burned 0.6 s of CPU (a DataLoader worker's part) counts."""
+    ctx = multiprocessing.get_context("fork")
+    burned, release = ctx.Event(), ctx.Event()
     before = family_cpu_s()
-    child = multiprocessing.get_context("fork").Process(target=_burn, args=(0.6,))
+    child = ctx.Process(target=_burn, args=(0.6, burned, release))
     child.start()
-    during = 0.0
-    while child.is_alive() and during < 0.5:  # the parent sleeps: only the child's CPU counts
-        time.sleep(0.05)
-        during = family_cpu_s() - before
-    child.join()
-    assert during >= 0.5, f"read {during:.2f} s of CPU while a child burned 0.6 s"
+    try:
+        assert burned.wait(60), "the child did not finish burning"
+        during = family_cpu_s() - before  # the parent waited: only the child's CPU counts
+    finally:
+        release.set()
+        child.join()
+    assert during >= 0.55, f"read {during:.2f} s of CPU while a live child had burned 0.6 s"
+
+
+def test_a_worker_that_exited_keeps_its_cpu_in_the_reading():
+    """A worker reaped mid-window (an epoch's end) moves its time to the parent's count:
+    the reading must not drop by what it used (it did before cutime was counted)."""
+    before = family_cpu_s()
+    child = multiprocessing.get_context("fork").Process(target=_burn, args=(0.4,))
+    child.start()
+    child.join()  # reaped: gone from /proc
+    after = family_cpu_s() - before
+    assert after >= 0.35, f"read {after:.2f} s after a reaped child burned 0.4 s"
 
 
 def test_a_lease_below_one_cpu_is_described_as_such_in_the_job_log() -> None:
