@@ -126,8 +126,13 @@ class Cluster:
         share a job landing on that type is guaranteed. None = every GPU server, as above;
         on an untyped cluster both are the same.
         """
-        per = self._per_gpu if gpu_type is None else self._per_gpu_by_type.get(gpu_type, (0.0, 0.0))
+        per = self.share_per_gpu(gpu_type)
         return Resources(gpus, per[0] * gpus, per[1] * gpus)
+
+    def share_per_gpu(self, gpu_type: str | None = None) -> tuple[float, float]:
+        """`proportional_share(1, gpu_type)`'s (CPUs, GB) without building it: the guarantee
+        check asks once per job per round."""
+        return self._per_gpu if gpu_type is None else self._per_gpu_by_type.get(gpu_type, (0.0, 0.0))
 
     @property
     def basis(self) -> tuple[Server, ...]:
@@ -272,8 +277,12 @@ class Allocation:
 
     @property
     def total(self) -> Resources:
+        ps = self.placements
+        if len(ps) == 1:  # most jobs: the same floats as the sum below, one object built
+            p = ps[0]
+            return Resources(0.0 + p.gpus, 0.0 + p.cpus, 0.0 + p.mem_gb)
         out = Resources()
-        for p in self.placements:
+        for p in ps:
             out = out + p.resources
         return out
 
@@ -289,6 +298,10 @@ class Allocation:
     @property
     def per_gpu(self) -> tuple[float, float]:
         """(CPUs per GPU, GB per GPU): what the sensitivity profile is indexed by."""
+        ps = self.placements
+        if len(ps) == 1:  # `total`'s single-piece values, divided without building it
+            p = ps[0]
+            return ((0.0 + p.cpus) / p.gpus, (0.0 + p.mem_gb) / p.gpus) if p.gpus else (0.0, 0.0)
         t = self.total
         return (t.cpus / t.gpus, t.mem_gb / t.gpus) if t.gpus else (0.0, 0.0)
 

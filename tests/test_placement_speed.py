@@ -492,3 +492,48 @@ def test_value_objects_are_write_once_under_test() -> None:
         with pytest.raises(FrozenInstanceError):
             delattr(obj, name)
     assert (p.server_id, hash(p)) == ("s0", hash(Placement("s0", 1, 2.0, 20.0)))
+
+
+def _plain_total(alloc: Allocation) -> Resources:
+    out = Resources()
+    for p in alloc.placements:
+        out = out + p.resources
+    return out
+
+
+_piece_amount = st.sampled_from([0, 1, 0.5, 2.0, 1 / 3, 62.5, 1e-7, 24])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(["s0", "s1", "s2"]), st.integers(0, 8), _piece_amount, _piece_amount),
+                min_size=1, max_size=3))
+def test_single_piece_total_and_per_gpu_are_the_summed_ones(pieces) -> None:
+    """`Allocation.total` and `per_gpu` skip the sum for one piece: the same floats (types
+    included: an int piece still gives float totals)."""
+    alloc = Allocation(1, tuple(Placement(*p) for p in pieces))
+    plain = _plain_total(alloc)
+    fast = alloc.total
+    assert [(v, type(v)) for v in (fast.gpus, fast.cpus, fast.mem_gb)] == \
+        [(v, type(v)) for v in (plain.gpus, plain.cpus, plain.mem_gb)]
+    expected = (plain.cpus / plain.gpus, plain.mem_gb / plain.gpus) if plain.gpus else (0.0, 0.0)
+    assert alloc.per_gpu == expected
+
+
+@SETTINGS
+@given(plans())
+def test_steadys_room_sums_as_held_resources_do(drawn) -> None:
+    """`steady._room` adds pieces in plain floats: the free room (or None) that adding each
+    allocation's `held` Resources gives, packed guests' GPUs left out."""
+    from synergy.scheduler.placement import steady
+
+    cluster, previous, plan = drawn
+    caps = {s.id: s.capacity for s in cluster.servers}
+    allocations = {j: a for j, a in {**previous, **plan}.items()
+                   if all(p.server_id in caps for p in a.placements)}
+    load: dict[str, Resources] = {}
+    for alloc in allocations.values():
+        for sid, res in alloc.held:
+            load[sid] = load[sid] + res if sid in load else res
+    plain = None if not all(r.fits_in(caps[sid]) for sid, r in load.items()) else \
+        {sid: cap - load[sid] if sid in load else cap for sid, cap in caps.items()}
+    assert steady._room(allocations, caps) == plain

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from synergy.scheduler.mechanisms.leftover import taken_back
-from synergy.scheduler.model import Allocation, Cluster, Job, Placement, Resources
+from synergy.scheduler.model import EPS, Allocation, Cluster, Job, Placement, Resources
 from synergy.scheduler.placement.surplus import keeps_guarantee
 
 
@@ -49,7 +49,9 @@ def as_before(demands: Mapping[int, Allocation], previous: Mapping[int, Allocati
     if not previous or not demands:
         return None
     caps = {s.id: s.capacity for s in cluster.servers}
+    typed = cluster.typed
     running: dict[int, Allocation] = {}
+    exact: dict[int, Allocation] = {}  # the running jobs at the plan's shares where they run
     starting: dict[int, Allocation] = {}
     for jid, demand in demands.items():
         prev = previous.get(jid)
@@ -58,19 +60,22 @@ def as_before(demands: Mapping[int, Allocation], previous: Mapping[int, Allocati
         if prev is None or not prev.placements:
             starting[jid] = demand
             continue
-        if prev.packed_with is not None or any(p.server_id not in caps for p in prev.placements) \
-                or prev.total.gpus != demand.total.gpus:
+        if prev.packed_with is not None or _gpus(prev) != _gpus(demand):
             return None
-        if cluster.typed and {cluster.gpu_type_of(p.server_id) for p in prev.placements} != {
+        for p in prev.placements:
+            if p.server_id not in caps:
+                return None
+        if typed and {cluster.gpu_type_of(p.server_id) for p in prev.placements} != {
                 cluster.gpu_type_of(p.server_id) for p in demand.placements}:
             return None
         running[jid] = demand
+        exact[jid] = _at_demand(prev, demand)
     if not running:
         return None
-    for jid, prev in previous.items():  # none of last round's jobs here is left out
-        if jid not in demands and jid in jobs and any(p.server_id in caps for p in prev.placements):
-            return None
-    exact = {jid: _at_demand(previous[jid], demand) for jid, demand in running.items()}
+    if len(previous) > len(running):  # else every job of last round runs on in the plan
+        for jid, prev in previous.items():  # none of last round's jobs here is left out
+            if jid not in demands and jid in jobs and any(p.server_id in caps for p in prev.placements):
+                return None
     laid = _with_starts(exact, starting, caps, cluster, jobs)
     if laid is None and leftovers:
         cut = taken_back({jid: previous[jid] for jid in running}, running)
@@ -125,6 +130,12 @@ def _placed_in(starting: Mapping[int, Allocation], free: dict[str, Resources],
     return {jid: out[jid] for jid in starting}
 
 
+def _gpus(alloc: Allocation) -> float:
+    """`alloc.total.gpus` without building the total."""
+    ps = alloc.placements
+    return ps[0].gpus if len(ps) == 1 else sum(p.gpus for p in ps)
+
+
 def _distinct(demand: Allocation) -> bool:
     """No two pieces on one server (checked piece by piece against what is free)."""
     return len({p.server_id for p in demand.placements}) == len(demand.placements)
@@ -142,20 +153,35 @@ def _at_demand(prev: Allocation, demand: Allocation) -> Allocation:
 
 
 def _room(allocations: Mapping[int, Allocation], caps: Mapping[str, Resources]) -> dict[str, Resources] | None:
-    """What `allocations` leave free per server, or None when they do not fit."""
-    load: dict[str, Resources] = {}
+    """What `allocations` leave free per server, or None when they do not fit.
+
+    Summed in plain floats, in the order `Allocation.held`'s `Resources` would add up (the
+    same values): a round with arrivals reads every running job's pieces here."""
+    load: dict[str, list[float]] = {}
     for alloc in allocations.values():
-        for sid, res in alloc.held:
-            load[sid] = load[sid] + res if sid in load else res
-    if not all(res.fits_in(caps[sid]) for sid, res in load.items()):
-        return None
-    return {sid: cap - load[sid] if sid in load else cap for sid, cap in caps.items()}
+        own_gpus = alloc.packed_with is None  # a packed guest's GPUs are its host's
+        for p in alloc.placements:
+            g = p.gpus if own_gpus else 0.0
+            at = load.get(p.server_id)
+            if at is None:
+                load[p.server_id] = [g, p.cpus, p.mem_gb]
+            else:
+                at[0] += g
+                at[1] += p.cpus
+                at[2] += p.mem_gb
+    for sid, (g, c, m) in load.items():
+        cap = caps[sid]
+        if g > cap.gpus + EPS or c > cap.cpus + EPS or m > cap.mem_gb + EPS:
+            return None
+    return {sid: Resources(cap.gpus - load[sid][0], cap.cpus - load[sid][1], cap.mem_gb - load[sid][2])
+            if sid in load else cap for sid, cap in caps.items()}
 
 
 def _guaranteed(allocations: Mapping[int, Allocation], jobs: Mapping[int, Job], cluster: Cluster) -> bool:
+    typed = cluster.typed
     for jid, alloc in allocations.items():
         job = jobs.get(jid)
-        gpu_type = cluster.gpu_type_of(alloc.placements[0].server_id) if cluster.typed else ""
+        gpu_type = cluster.gpu_type_of(alloc.placements[0].server_id) if typed else ""
         if job is None or not keeps_guarantee(job, cluster, gpu_type, *alloc.per_gpu):
             return False
     return True

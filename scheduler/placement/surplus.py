@@ -29,8 +29,7 @@ SPEED_TOLERANCE = 1e-9
 
 def share_per_gpu(cluster: Cluster, gpu_type: str = "") -> tuple[float, float]:
     """The GPU-proportional (CPUs, GB) per GPU a job landing on `gpu_type` is guaranteed."""
-    share = cluster.proportional_share(1, gpu_type) if cluster.typed else cluster.proportional_share(1)
-    return share.cpus, share.mem_gb
+    return cluster.share_per_gpu(gpu_type if cluster.typed else None)
 
 
 def keeps_guarantee(job: Job, cluster: Cluster, gpu_type: str, cpus_per_gpu: float, mem_per_gpu: float) -> bool:
