@@ -13,6 +13,18 @@ since. A frozen object that later becomes part of unreachable cycle is not freed
 collections, so once an hour (`SWEEP_S`, `events.GcSweepEvent`) everything is unfrozen and
 walked once: one pause of the old length an hour instead of one a minute.
 
+Young collections stalled synergyd as well, for another reason. CPython starts one when
+allocations minus deallocations pass a threshold (700), and synergyd mostly replaces
+long-lived objects: each renewal message leaves its stream a new awaitable that waits for the
+next (30 s at the production cadence), each heartbeat replaces its node's 40 task reports.
+Every deallocation of an old object cancels an allocation in that count, so the young
+generations grew to 50,000-130,000 survivors before one was collected, and generation 1
+collections took 30-113 ms (lying under two thirds of the slowest 1% of RPCs at 10,000 jobs,
+docs/daemon.md). So every `YOUNG_S` synergyd collects the young generations itself and
+freezes what survives (`collect_young`, `events.GcYoungEvent`): a collection walks what half
+a second left alive, and nothing reaches the old generation unfrozen. Cycles among objects
+frozen young are freed by the hourly sweep, as those frozen old are.
+
 Process-wide, so installed by synergyd's entry point (main.py), not by an in-process App.
 """
 
@@ -23,6 +35,8 @@ from typing import Any
 
 #: How often the frozen objects are unfrozen and walked once (their cyclic garbage freed).
 SWEEP_S = 3600.0
+#: How often the young generations are collected and their survivors frozen (`collect_young`).
+YOUNG_S = 0.5
 
 
 def freeze_after_full_collections() -> None:
@@ -36,6 +50,15 @@ def stop_freezing() -> None:
     if _freeze in gc.callbacks:
         gc.callbacks.remove(_freeze)
     gc.unfreeze()
+
+
+def collect_young() -> int:
+    """Collect generations 0 and 1, then freeze everything that survived; returns what the
+    collection freed. The pause is what the young generations hold: what survived since the
+    last call, not what CPython's allocation count let pile up."""
+    found = gc.collect(1)
+    gc.freeze()
+    return found
 
 
 def sweep() -> int:

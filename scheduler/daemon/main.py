@@ -24,6 +24,7 @@ from synergy.scheduler.daemon import collector
 from synergy.scheduler.daemon.events import (
     CadenceEvent,
     GcSweepEvent,
+    GcYoungEvent,
     LeaseExpiryEvent,
     NodeLivenessEvent,
     ProfilingEvent,
@@ -36,7 +37,7 @@ from synergy.scheduler.profiles.format import ProfileError
 from synergy.scheduler.statedir import DatabaseDamaged, StateDirError, is_corruption
 
 EVENTS = (RoundEvent, ProfilingEvent, LeaseExpiryEvent, NodeLivenessEvent, ProgressFlushEvent, CadenceEvent,
-          GcSweepEvent)
+          GcSweepEvent, GcYoungEvent)
 
 
 class Exit(enum.IntEnum):

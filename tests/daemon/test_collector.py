@@ -49,3 +49,27 @@ def test_the_sweep_frees_a_cycle_among_frozen_objects(freezing: None) -> None:
     assert gone() is not None  # frozen: the full collection did not walk it
     assert collector.sweep() >= 2
     assert gone() is None
+
+
+def test_a_young_collection_frees_young_cycles_and_freezes_what_survived(freezing: None) -> None:
+    """Every `YOUNG_S` synergyd collects the young generations and freezes the survivors:
+    no later collection walks them (the old generation holds nothing unfrozen), while a
+    cycle that was already garbage is freed."""
+    collector.collect_young()
+    kept = [Node() for _ in range(1000)]
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    del a, b
+    frozen = gc.get_freeze_count()
+    assert collector.collect_young() >= 2 and gone() is None
+    assert gc.get_freeze_count() >= frozen + len(kept)
+    assert not [o for o in gc.get_objects(generation=2) if isinstance(o, Node)]
+
+
+def test_synergyd_runs_the_young_collection_among_its_events() -> None:
+    from synergy.scheduler.daemon.events import GcYoungEvent
+    from synergy.scheduler.daemon.main import EVENTS
+
+    assert GcYoungEvent in EVENTS
+    assert GcYoungEvent.interval_s.fget(None) == collector.YOUNG_S <= 1.0  # type: ignore[attr-defined]
