@@ -60,7 +60,7 @@ def as_before(demands: Mapping[int, Allocation], previous: Mapping[int, Allocati
         if prev is None or not prev.placements:
             starting[jid] = demand
             continue
-        if prev.packed_with is not None or _gpus(prev) != _gpus(demand):
+        if prev.packed_with is not None or prev.total.gpus != demand.total.gpus:
             return None
         for p in prev.placements:
             if p.server_id not in caps:
@@ -128,12 +128,6 @@ def _placed_in(starting: Mapping[int, Allocation], free: dict[str, Resources],
         free[sid] = free[sid] - need
         out[jid] = demand.with_placements((Placement(sid, int(need.gpus), need.cpus, need.mem_gb),))
     return {jid: out[jid] for jid in starting}
-
-
-def _gpus(alloc: Allocation) -> float:
-    """`alloc.total.gpus` without building the total."""
-    ps = alloc.placements
-    return ps[0].gpus if len(ps) == 1 else sum(p.gpus for p in ps)
 
 
 def _distinct(demand: Allocation) -> bool:
