@@ -284,3 +284,18 @@ def test_tune_makes_room_for_a_split_job_without_undoing_an_earlier_piece() -> N
                 if sid == s.id:
                     used = used + r
         assert used.fits_in(s.capacity), (s.id, used)
+
+
+def test_tune_packs_a_cluster_whose_smallest_share_is_zero() -> None:
+    """Found by tests/test_tune_resume.py: on a cluster with a GPU server without CPUs, the
+    GPU-proportional share (the smallest server's) is 0 CPUs per GPU, and making room for a
+    job divided each co-located job's CPU surplus by it (ZeroDivisionError). Such a surplus
+    now counts absolutely; every job is placed."""
+    from profiles_for_tests import ZOO_LIKE
+
+    cluster = Cluster((Server("b0", Resources(4, 0, 250)), Server("b1", Resources(8, 48, 500))))
+    jobs = [Job(0, "m", 4, 0.0, 1e6, ZOO_LIKE["mem_hungry"]), Job(1, "b", 2, 0.0, 1e6, ZOO_LIKE["both"]),
+            Job(2, "b", 1, 0.0, 1e6, ZOO_LIKE["both"])]
+    out = Scheduler(Fifo(), Tune()).schedule(RoundInput(0.0, cluster, jobs))
+    assert sorted(out.allocations) == [0, 1, 2] and not out.waiting
+    assert_not_overcommitted(cluster, out)

@@ -252,7 +252,7 @@ class Opt:
             candidates.append(solved)
         # TUNE too: it may settle on cells program 2 does not offer (its best case, or
         # off-grid leftovers), and OPT must never deploy less than TUNE.
-        candidates.append(Tune(scorer=self.scorer).allocate(ordered, inp))
+        candidates.append(Tune(scorer=self.scorer, resume=False).allocate(ordered, inp))
         by_id = {j.id: j for j in runnable}
         deployed = [_topped_up(c, by_id, cluster) for c in candidates]
         best = candidates[max(range(len(candidates)), key=lambda k: _merit(deployed[k], runnable, units, k))]

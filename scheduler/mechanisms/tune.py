@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
 from synergy.scheduler.mechanisms.base import pack_order, runnable_by_gpu
+from synergy.scheduler.mechanisms.pack_trace import RELEASE, REVERT, TAKE, WAIT, PackMemo, PackTrace, replay
 from synergy.scheduler.model import EPS, Job, Placement, RoundInput, RoundOutput
 from synergy.scheduler.placement.fit import place
 from synergy.scheduler.placement.scorers import Scorer, avoid_stranding, best_fit
@@ -42,9 +43,14 @@ class Tune:
     #: Score last the servers a placement would leave with GPUs but not enough CPU or
     #: memory for the round's smallest demand (placement/scorers.py: avoid_stranding).
     avoid_stranding: bool = True
+    #: Replay the steps this round's packing shares with the last one instead of searching
+    #: again (mechanisms/pack_trace.py): the same result, faster. False searches every step.
+    resume: bool = True
+    #: The last packing, for `resume`; each instance keeps its own.
+    memo: PackMemo = field(default_factory=PackMemo, compare=False, repr=False)
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
-        return _TuneRound(inp, self.scorer).run(ordered, self.avoid_stranding)
+        return _TuneRound(inp, self.scorer, self.memo if self.resume else None).run(ordered, self.avoid_stranding)
 
 
 def pack_demands(
@@ -63,7 +69,7 @@ def pack_demands(
 class _TuneRound:
     """The state of one TUNE decision: what each placed job holds per GPU."""
 
-    def __init__(self, inp: RoundInput, scorer: Scorer) -> None:
+    def __init__(self, inp: RoundInput, scorer: Scorer, memo: PackMemo | None = None) -> None:
         self.state = ClusterState(inp.cluster)
         self.cluster = inp.cluster
         self.scorer = scorer
@@ -72,6 +78,9 @@ class _TuneRound:
         self.gpus: dict[int, int] = {}
         self.reverted: set[int] = set()
         self.last = inp.last
+        self.memo = memo
+        #: What this packing does, step by step, when a memo keeps it for the next round.
+        self.trace: PackTrace | None = None
 
     def run(self, ordered: Sequence[Job], stranding_aware: bool = True) -> RoundOutput:
         runnable, waiting = runnable_by_gpu(ordered, self.state.free_gpus)
@@ -91,11 +100,31 @@ class _TuneRound:
     def pack(
         self, runnable: Sequence[Job], demand: dict[int, tuple[float, float]], waiting: dict[int, str]
     ) -> dict[int, str]:
-        """Place every runnable job (steps 1 and 2(a) as needed); returns who still waits."""
-        for job in pack_order(runnable, demand, self.last):
-            if not self._place(job, *demand[job.id]):
-                waiting[job.id] = f"no placement for {job.gpus} GPUs even at the proportional share"
+        """Place every runnable job (steps 1 and 2(a) as needed); returns who still waits.
+
+        With a memo, the steps the last packing began with are replayed, not searched."""
+        order = pack_order(runnable, demand, self.last)
+        if self.memo is None:
+            for job in order:
+                self._step(job, *demand[job.id], waiting)
+            return waiting
+        setting = (self.cluster, self.scorer, self.prop)
+        steps = [(j.id, j.gpus, *demand[j.id]) for j in order]
+        last = self.memo.last
+        k = last.common_prefix(setting, steps) if last is not None else 0
+        trace = self.trace = last.resumed(k) if k else PackTrace(setting)
+        replay(trace.ops, self.state, self.per_gpu, self.gpus, self.reverted, waiting)
+        for job, step in zip(order[k:], steps[k:]):
+            self._step(job, step[2], step[3], waiting)
+            trace.end_step(step)
+        self.memo.last = trace
         return waiting
+
+    def _step(self, job: Job, c: float, m: float, waiting: dict[int, str]) -> None:
+        if not self._place(job, c, m):
+            waiting[job.id] = reason = f"no placement for {job.gpus} GPUs even at the proportional share"
+            if self.trace is not None:
+                self.trace.ops.append((WAIT, job.id, reason))
 
     def output(self, waiting: dict[int, str]) -> RoundOutput:
         return RoundOutput(self.state.allocations(), waiting, frozenset(self.reverted))
@@ -105,7 +134,7 @@ class _TuneRound:
         found = place(self.state, job.gpus, c, m, self.scorer)
         if found is None and self._above_prop(c, m):  # step 1
             c, m = self.prop
-            self.reverted.add(job.id)
+            self._mark_reverted(job.id)
             found = place(self.state, job.gpus, c, m, self.scorer)
         if found is None:  # step 2(a): its demand is now at or below proportional
             found = self._make_room(job, c, m)
@@ -114,10 +143,29 @@ class _TuneRound:
             found = place(self.state, job.gpus, c, m, self.scorer)
         if found is None:
             return False
-        self.state.reserve(job.id, found)
-        self.per_gpu[job.id] = (c, m)
-        self.gpus[job.id] = job.gpus
+        self._reserve(job.id, found, (c, m), job.gpus)
         return True
+
+    # -- every change to the round's state, recorded when traced ----------------------------
+    def _reserve(self, jid: int, placements: tuple[Placement, ...], share: tuple[float, float] | None = None,
+                 gpus: int = 0) -> None:
+        """Reserve `placements` for `jid`, at `share` per GPU on `gpus` GPUs (None: as before)."""
+        self.state.reserve(jid, placements)
+        if share is not None:
+            self.per_gpu[jid] = share
+            self.gpus[jid] = gpus
+        if self.trace is not None:
+            self.trace.ops.append((TAKE, jid, placements, share, gpus))
+
+    def _release(self, jid: int) -> tuple[Placement, ...]:
+        if self.trace is not None:
+            self.trace.ops.append((RELEASE, jid))
+        return self.state.release(jid)
+
+    def _mark_reverted(self, jid: int) -> None:
+        self.reverted.add(jid)
+        if self.trace is not None:
+            self.trace.ops.append((REVERT, jid))
 
     def _make_room(self, job: Job, c: float, m: float) -> tuple[Placement, ...] | None:
         """Switch over-allocated co-located jobs to proportional until `job` fits.
@@ -176,14 +224,13 @@ class _TuneRound:
         """Give job `jid` exactly its proportional share wherever it runs, if that fits."""
         st = self.state
         cp, mp = self.prop
-        old = st.release(jid)
+        old = self._release(jid)
         new = tuple(Placement(p.server_id, p.gpus, cp * p.gpus, mp * p.gpus) for p in old)
         if all(st.fits(st.index[p.server_id], p.gpus, p.cpus, p.mem_gb) for p in new):
-            st.reserve(jid, new)
-            self.per_gpu[jid] = (cp, mp)
-            self.reverted.add(jid)
+            self._reserve(jid, new, (cp, mp), self.gpus[jid])
+            self._mark_reverted(jid)
             return True
-        st.reserve(jid, old)
+        self._reserve(jid, old)
         return False
 
     def _revert_everywhere(self) -> None:
@@ -200,20 +247,22 @@ class _TuneRound:
         st = self.state
         cp, mp = self.prop
         over = [jid for jid in sorted(self.per_gpu) if self._above_prop(*self.per_gpu[jid])]
-        released = {jid: st.release(jid) for jid in over}
+        released = {jid: self._release(jid) for jid in over}
         for jid, old in released.items():
             new = tuple(Placement(p.server_id, p.gpus, cp * p.gpus, mp * p.gpus) for p in old)
             if not all(st.fits(st.index[p.server_id], p.gpus, p.cpus, p.mem_gb) for p in new):
-                st.reserve(jid, old)
+                self._reserve(jid, old)
                 continue
-            st.reserve(jid, new)
-            self.per_gpu[jid] = (cp, mp)
-            self.reverted.add(jid)
+            self._reserve(jid, new, (cp, mp), self.gpus[jid])
+            self._mark_reverted(jid)
 
     def _above_prop(self, c: float, m: float) -> bool:
         return c > self.prop[0] + EPS or m > self.prop[1] + EPS
 
     def _excess(self, jid: int) -> float:
+        """How far above its share a job is, relative to the share (absolute where the share
+        is zero: a GPU server with no CPUs or memory makes the smallest share zero)."""
         c, m = self.per_gpu[jid]
         cp, mp = self.prop
-        return self.gpus[jid] * (max(0.0, c - cp) / cp + max(0.0, m - mp) / mp)
+        over_c, over_m = max(0.0, c - cp), max(0.0, m - mp)
+        return self.gpus[jid] * ((over_c / cp if cp else over_c) + (over_m / mp if mp else over_m))
