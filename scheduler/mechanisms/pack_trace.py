@@ -68,21 +68,27 @@ class PackTrace:
 def replay(ops: Sequence[tuple], state: ClusterState, per_gpu: dict[int, tuple[float, float]],
            gpus: dict[int, int], reverted: set[int], waiting: dict[int, str]) -> None:
     """Apply recorded operations to a fresh round's state, in order: the state, shares,
-    reverts and waits the steps that made them left behind."""
+    reverts and waits the steps that made them left behind. Reservations are made with
+    `ClusterState.hold` (they fitted when recorded, on the same setting), in runs between
+    releases: the same arithmetic in the same order as `reserve`."""
+    takes: list[tuple[int, tuple[Placement, ...]]] = []
     for op in ops:
         kind = op[0]
         if kind == TAKE:
             _, jid, placements, share, g = op
-            state.reserve(jid, placements)
+            takes.append((jid, placements))
             if share is not None:
                 per_gpu[jid] = share
                 gpus[jid] = g
         elif kind == RELEASE:
+            state.hold(takes)
+            takes = []
             state.release(op[1])
         elif kind == REVERT:
             reverted.add(op[1])
         else:
             waiting[op[1]] = op[2]
+    state.hold(takes)
 
 
 @dataclass
