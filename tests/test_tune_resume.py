@@ -4,6 +4,7 @@ that jobs are reverted to their share, split over servers or left waiting, the o
 `Tune()` and `Tune(resume=False)` are equal, down to the order of their dictionaries."""
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -89,3 +90,13 @@ def test_a_changed_cluster_replays_nothing() -> None:
     tune.allocate(jobs, RoundInput(0.0, big, jobs))
     assert tune.memo.last.common_prefix((small, None, None), tune.memo.last.steps) == 0
     _same(tune.allocate(jobs, RoundInput(0.0, small, jobs)), Tune(resume=False).allocate(jobs, RoundInput(0.0, small, jobs)))
+
+
+def test_a_pickled_tune_carries_no_packing() -> None:
+    """synergyd pickles its scheduler for the decider worker every round: the memo stays behind."""
+    jobs = [Job(i, "j", 1, 0.0, 1e6, PROFILES[i % len(PROFILES)]) for i in range(6)]
+    tune = Tune()
+    tune.allocate(jobs, RoundInput(0.0, _clusters(0)[0], jobs))
+    assert tune.memo.last is not None and len(tune.memo.last.steps) == 6
+    copy = pickle.loads(pickle.dumps(tune))
+    assert copy == tune and copy.memo.last is None

@@ -98,3 +98,8 @@ class PackMemo:
 
     last: PackTrace | None = None
 
+    def __reduce__(self) -> tuple:
+        """Pickled empty: synergyd sends its scheduler to the decider worker each round, and
+        the worker keeps its own copy's memo (scheduler/daemon/decider.py)."""
+        return (PackMemo, ())
+
