@@ -869,6 +869,11 @@ async def _collecting_young(coro):
         return await coro
     finally:
         task.cancel()
+        # Free what was frozen while this loop still runs: gRPC channels that became cyclic
+        # garbage would otherwise be finalised after it closed, each finaliser a traceback
+        # ("Event loop is closed") on a closed loop.
+        collector.stop_freezing()
+        collector.sweep()
 
 
 def run_load(s: Settings, decider: str) -> tuple[Stats, dict[str, float], list[Span]]:
