@@ -12,6 +12,7 @@ import pytest
 from profiles_for_tests import ZOO_LIKE
 from synergy.scheduler.mechanisms.pack_trace import RELEASE, REVERT, TAKE, WAIT
 from synergy.scheduler.mechanisms.tune import Tune
+from synergy.scheduler.placement import gpu_types
 from synergy.scheduler.model import Cluster, Job, Resources, RoundInput, RoundOutput, Server
 
 PROFILES = list(ZOO_LIKE.values())
@@ -100,3 +101,28 @@ def test_a_pickled_tune_carries_no_packing() -> None:
     assert tune.memo.last is not None and len(tune.memo.last.steps) == 6
     copy = pickle.loads(pickle.dumps(tune))
     assert copy == tune and copy.memo.last is None
+
+
+def test_each_gpu_type_resumes_its_own_packing() -> None:
+    """A typed cluster packs each type apart every round: each keeps its own trace, and the
+    rounds (jobs arriving on both types) resume from them with the answers from scratch."""
+    servers = tuple(Server(f"{t}{i}", Resources(8, 24 if t == "V" else 12, 500), gpu_type=t)
+                    for t in ("V", "T") for i in range(3))
+    cluster = Cluster(servers)
+    resumed, fresh = Tune(), Tune(resume=False)
+    rng = random.Random(5)
+    queue: list[Job] = []
+    resumed_steps = 0
+    for r in range(30):
+        queue += [Job(100 * r + k, "j", rng.choice([1, 1, 2, 4]), float(r), 1e6, rng.choice(PROFILES))
+                  for k in range(rng.choice([1, 2, 3]))]
+        if r % 3 == 2:
+            queue.pop(rng.randrange(len(queue)))
+        inp = RoundInput(300.0 * r, cluster, list(queue))
+        before = {t.setting: t for t in resumed.memo.traces}
+        _same(gpu_types.allocate(resumed, list(queue), inp), gpu_types.allocate(fresh, list(queue), inp))
+        for t in resumed.memo.traces:
+            if t.setting in before and before[t.setting] is not t:
+                resumed_steps += before[t.setting].common_prefix(t.setting, t.steps)
+    assert len(resumed.memo.traces) == 2  # one per type
+    assert resumed_steps > 100

@@ -9,8 +9,8 @@ deterministic, so replaying those steps' reservations gives the very state the s
 reach, without searching: in the Fig. 9 run 36% of all placements are such steps.
 
 `PackTrace` records one packing as it happens (each step's reservations, releases, reverts and
-waits, in order); `PackMemo` keeps the last one. The next packing on the same setting replays
-the longest common prefix and searches from there on. Nothing else is kept between rounds,
+waits, in order); `PackMemo` keeps the last one per setting (cluster, scorer, share). The next
+packing on the same setting replays the longest common prefix and searches from there on. Nothing else is kept between rounds,
 and a memo that matches nothing costs one comparison: results are identical either way
 (tests/test_tune_resume.py runs both on the same rounds).
 """
@@ -91,15 +91,36 @@ def replay(ops: Sequence[tuple], state: ClusterState, per_gpu: dict[int, tuple[f
     state.hold(takes)
 
 
+#: Packings a memo keeps, one per setting: a typed cluster packs each GPU type apart every
+#: round (placement/gpu_types.py), and each type resumes from its own last packing.
+KEPT = 8
+
+
 @dataclass
 class PackMemo:
-    """The last packing of one TUNE instance (a daemon's, a simulation's). It is replaced
-    whole after each packing, so a reader sees one trace or the next, never half of one."""
+    """The last packings of one TUNE instance (a daemon's, a simulation's), newest first, one
+    per setting. The list is replaced whole after each packing, so a reader sees one list or
+    the next, never half of one."""
 
-    last: PackTrace | None = None
+    traces: list[PackTrace] = field(default_factory=list)
+
+    @property
+    def last(self) -> PackTrace | None:
+        return self.traces[0] if self.traces else None
+
+    def resume(self, setting: tuple[Any, ...], steps: Sequence[Step]) -> PackTrace:
+        """A trace to continue: the longest prefix of `steps` a kept packing on `setting`
+        began with (empty when none did)."""
+        for trace in self.traces:
+            k = trace.common_prefix(setting, steps)
+            if k:
+                return trace.resumed(k)
+        return PackTrace(setting)
+
+    def keep(self, trace: PackTrace) -> None:
+        self.traces = [trace, *(t for t in self.traces if t.setting != trace.setting)][:KEPT]
 
     def __reduce__(self) -> tuple:
         """Pickled empty: synergyd sends its scheduler to the decider worker each round, and
         the worker keeps its own copy's memo (scheduler/daemon/decider.py)."""
         return (PackMemo, ())
-

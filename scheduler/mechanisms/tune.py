@@ -110,14 +110,13 @@ class _TuneRound:
             return waiting
         setting = (self.cluster, self.scorer, self.prop)
         steps = [(j.id, j.gpus, *demand[j.id]) for j in order]
-        last = self.memo.last
-        k = last.common_prefix(setting, steps) if last is not None else 0
-        trace = self.trace = last.resumed(k) if k else PackTrace(setting)
+        trace = self.trace = self.memo.resume(setting, steps)
         replay(trace.ops, self.state, self.per_gpu, self.gpus, self.reverted, waiting)
+        k = len(trace.steps)
         for job, step in zip(order[k:], steps[k:]):
             self._step(job, step[2], step[3], waiting)
             trace.end_step(step)
-        self.memo.last = trace
+        self.memo.keep(trace)
         return waiting
 
     def _step(self, job: Job, c: float, m: float, waiting: dict[int, str]) -> None:
