@@ -10,9 +10,10 @@ reach, without searching: in the Fig. 9 run 36% of all placements are such steps
 
 `PackTrace` records one packing as it happens (each step's reservations, releases, reverts and
 waits, in order); `PackMemo` keeps the last one per setting (cluster, scorer, share). The next
-packing on the same setting replays the longest common prefix and searches from there on. Nothing else is kept between rounds,
-and a memo that matches nothing costs one comparison: results are identical either way
-(tests/test_tune_resume.py runs both on the same rounds).
+packing on the same setting replays the longest common prefix and searches from there on.
+Nothing else is kept between rounds, and a memo that matches nothing costs a few
+comparisons: results are identical either way (tests/test_tune_resume.py runs both on the
+same rounds).
 """
 from __future__ import annotations
 

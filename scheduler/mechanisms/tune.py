@@ -46,7 +46,8 @@ class Tune:
     #: Replay the steps this round's packing shares with the last one instead of searching
     #: again (mechanisms/pack_trace.py): the same result, faster. False searches every step.
     resume: bool = True
-    #: The last packing, for `resume`; each instance keeps its own.
+    #: The last packings (one per setting: cluster, scorer, share), for `resume`; each
+    #: instance keeps its own.
     memo: PackMemo = field(default_factory=PackMemo, compare=False, repr=False)
 
     def allocate(self, ordered: Sequence[Job], inp: RoundInput) -> RoundOutput:
