@@ -89,8 +89,12 @@ def test_a_changed_cluster_replays_nothing() -> None:
     small = Cluster(big.servers[:2])
     tune = Tune()
     tune.allocate(jobs, RoundInput(0.0, big, jobs))
-    assert tune.memo.last.common_prefix((small, None, None), tune.memo.last.steps) == 0
-    _same(tune.allocate(jobs, RoundInput(0.0, small, jobs)), Tune(resume=False).allocate(jobs, RoundInput(0.0, small, jobs)))
+    packed = tune.memo.last
+    _, scorer, share = packed.setting  # the same on both clusters: only the servers differ
+    assert packed.common_prefix((big, scorer, share), packed.steps) == len(jobs)
+    assert packed.common_prefix((small, scorer, share), packed.steps) == 0
+    on_small = RoundInput(0.0, small, jobs)
+    _same(tune.allocate(jobs, on_small), Tune(resume=False).allocate(jobs, on_small))
 
 
 def test_a_pickled_tune_carries_no_packing() -> None:
