@@ -63,13 +63,13 @@ def as_before(demands: Mapping[int, Allocation], previous: Mapping[int, Allocati
         if prev.packed_with is not None:
             return None
         pp, dp = prev.placements, demand.placements
-        if len(pp) == 1 == len(dp):  # most jobs: the checks below and `_at_demand`, on one piece
+        if len(pp) == 1 == len(dp):  # most jobs: the checks below, on one piece
             p, d = pp[0], dp[0]
             if p.gpus != d.gpus or p.server_id not in caps or (
                     typed and cluster.gpu_type_of(p.server_id) != cluster.gpu_type_of(d.server_id)):
                 return None
             running[jid] = demand
-            exact[jid] = prev if p.cpus == d.cpus and p.mem_gb == d.mem_gb else _at_demand(prev, demand)
+            exact[jid] = _at_demand(prev, demand)
             continue
         if prev.total.gpus != demand.total.gpus:
             return None
