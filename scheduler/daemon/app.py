@@ -99,9 +99,7 @@ class Logic:
                     changes.append((job, new))
             if changes:
                 ctx.save_jobs(changes)
-            counts: dict[str, int] = {}
-            for job in ctx.store.jobs():
-                counts[job.state.value] = counts.get(job.state.value, 0) + 1
+            counts = {s.value: n for s, n in ctx.store.state_counts().items() if n}
         event(ctx.log, "synergyd.recovered", jobs=counts, nodes=len(ctx.store.nodes()))
 
 

@@ -225,9 +225,8 @@ def refresh_gauges(parts: Parts) -> None:
     now = ctx.clock.now()
     checkpoints: list[tuple[str, float, int]] = []
     with ctx.lock:
-        counts = {s: 0 for s in JobState}
-        for job in ctx.store.jobs():
-            counts[job.state] += 1
+        counts = ctx.store.state_counts()
+        for job in ctx.store.active_jobs():
             if job.state == JobState.RUNNING:
                 since = job.checkpoint_at or job.started_at
                 checkpoints.append((str(job.id), max(0.0, now - since), job.checkpoint_step))

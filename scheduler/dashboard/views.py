@@ -107,9 +107,7 @@ def cluster(parts: Parts, user: str | None = None) -> dict[str, Any]:
         cl = rounds.cluster()
         placed = {j.id: j for j in ctx.store.active_jobs() if j.placed}
         shares = {i: proportional_share(j, cl) for i, j in placed.items()}
-        counts: dict[str, int] = {}
-        for j in ctx.store.jobs():
-            counts[j.state.value] = counts.get(j.state.value, 0) + 1
+        counts = {s.value: n for s, n in ctx.store.state_counts().items() if n}
     nodes = []
     for v in views:
         r = v.record

@@ -273,9 +273,7 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetClusterStatusResponse:
         with self.ctx.lock:
             views = self.nodes.list()
-            counts: dict[JobState, int] = {}
-            for job in self.ctx.store.jobs():
-                counts[job.state] = counts.get(job.state, 0) + 1
+            counts = {s: n for s, n in self.ctx.store.state_counts().items() if n}
             users = usage_by_user(self.ctx.store.active_jobs())
         capacity, allocated = Resources(), Resources()
         for v in views:

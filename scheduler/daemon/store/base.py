@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Protocol
 
-from synergy.scheduler.daemon.records import JobRecord, NodeRecord
+from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
 from synergy.scheduler.daemon.users import UserRecord
 from synergy.scheduler.statedir import DatabaseSummary
 
@@ -38,6 +38,11 @@ class StateStore(Protocol):
     def renewing_ranks(self) -> int:
         """Ranks of placed jobs that renew a lease (every placed job but a CPU-only one, which
         runs a plain command): kept as jobs are saved, since the cadence asks every second."""
+        ...
+
+    def state_counts(self) -> dict[JobState, int]:
+        """How many jobs are in each state (every state a key), kept as jobs are saved:
+        what `/metrics` and the status RPC read, at no cost that grows with finished jobs."""
         ...
 
     def next_job_id(self) -> int: ...

@@ -23,6 +23,9 @@ class MemoryStore:
         #: node id -> RUNNING jobs with a share on it (heartbeats look here, not at every job).
         self._on_node: dict[str, dict[int, JobRecord]] = {}
         self._renewing_ranks = 0
+        #: Jobs per state, kept as jobs are saved: gauges and status read it on every scrape,
+        #: and counting every job ever submitted there grew with the cluster's history.
+        self._counts: dict[JobState, int] = dict.fromkeys(JobState, 0)
         self._max_id = 0
         self._nodes: dict[str, NodeRecord] = {}
         self._settings: dict[str, str] = {}
@@ -46,6 +49,9 @@ class MemoryStore:
 
     def renewing_ranks(self) -> int:
         return self._renewing_ranks
+
+    def state_counts(self) -> dict[JobState, int]:
+        return dict(self._counts)
 
     def jobs_named(self, name: str) -> list[JobRecord]:
         return [self._jobs[i] for i in self._names.get(name, ())]
@@ -98,7 +104,9 @@ class MemoryStore:
                 for p in old.placements:
                     self._on_node.get(p.server_id, {}).pop(j.id, None)
                 self._renewing_ranks -= _renewing(old)
+                self._counts[old.state] -= 1
             self._renewing_ranks += _renewing(j)
+            self._counts[j.state] += 1
             self._jobs[j.id] = j
             if j.state.terminal:
                 self._active.pop(j.id, None)

@@ -1,0 +1,136 @@
+"""What a long-lived synergyd pays for the jobs that have finished: memory, and the calls that
+read every job.
+
+A cluster finishing a few thousand jobs a day has a hundred thousand finished records within
+months. Whatever synergyd does per finished job on a hot path (a /metrics scrape, a status
+call, a dashboard poll, all under the state lock that RPCs wait for) grows with that history
+even though the running cluster does not.
+
+Builds the daemon's logic in-process on a real SQLite state store in a temporary state dir
+(no gRPC: what matters is what runs under the lock), 8 nodes of 8 GPUs. Then it finishes
+jobs in batches of 64: each job submitted, placed by a round, and cancelled while it runs,
+so that its record carries a placement and a history as a finished job's does. After each
+--step finished jobs it prints the process's RSS (after a full collection) and the median
+time of:
+
+  metrics   the /metrics refresh (events.refresh_gauges; run on every Prometheus scrape)
+  list 20   the jobs behind `synergy jobs --limit 20` (JobService.list)
+  dashboard /api/cluster + /api/jobs + /api/history, what one open page polls every 2 s
+  reopen    opening the state dir again and recovering (synergyd's start-up), once per row
+
+    python benchmarks/daemon_history.py [--finished 20000] [--step 5000] [--repeat 5]
+
+Run it with an older version's source tree first on PYTHONPATH to compare the two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from synergy.scheduler.daemon import events
+from synergy.scheduler.daemon.app import Logic
+from synergy.scheduler.daemon.clock import ManualClock
+from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.context import DaemonContext
+from synergy.scheduler.daemon.profiles import ProfileBook, load_zoo
+from synergy.scheduler.daemon.records import JobSpec, JobState, NodeRecord
+from synergy.scheduler.daemon.store import open_store
+from synergy.scheduler.dashboard import views
+from synergy.scheduler.dashboard.history import History
+from synergy.scheduler.model import Resources
+
+MODELS = ("resnet18", "resnet50", "gnmt", "lstm", "mobilenet_v2")
+NODES, GPUS = 8, 8
+
+
+def build(state_dir: Path, clock: ManualClock) -> Logic:
+    config = DaemonConfig(state_dir=state_dir, round_s=10, launch_timeout_s=600)
+    ctx = DaemonContext(config, clock, open_store(state_dir), ProfileBook(load_zoo(None)))
+    logic = Logic.build(ctx)
+    logic.recover()
+    return logic
+
+
+def finish_batch(logic: Logic, clock: ManualClock, first: int) -> int:
+    """One job per GPU: submitted, placed, then cancelled while running; how many ran."""
+    jobs = [logic.jobs.submit(JobSpec(name=f"j{first + i}", command=("train",), gpus=1,
+                                      model=MODELS[(first + i) % len(MODELS)], profiler="none"))
+            for i in range(NODES * GPUS)]
+    logic.rounds.apply(logic.rounds.plan())
+    # The clock stands still: these nodes send no heartbeats, and would be lost.
+    ran = sum(logic.jobs.get(job.id).state == JobState.RUNNING for job in jobs)
+    for job in jobs:
+        logic.jobs.cancel(job.id, "finished by the benchmark")
+    return ran
+
+
+def median_ms(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def rss_mib() -> float:
+    gc.collect()
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--finished", type=int, default=20_000, help="finished jobs at the end (default 20000)")
+    ap.add_argument("--step", type=int, default=5_000, help="print a row every this many (default 5000)")
+    ap.add_argument("--repeat", type=int, default=5, help="timed calls per cell, median (default 5)")
+    args = ap.parse_args()
+    if args.finished < 0 or args.step <= 0:
+        ap.error("--finished must be >= 0 and --step > 0")
+    state_dir = Path(tempfile.mkdtemp(prefix="synergy-history-")) / "state"
+    state_dir.mkdir()
+    clock = ManualClock()
+    logic = build(state_dir, clock)
+    for i in range(NODES):
+        logic.nodes.register(NodeRecord(f"n{i}", f"n{i}", Resources(GPUS, 24, 500), Resources()), [])
+    history = History()
+    base = rss_mib()
+    print(f"synergyd's logic on SQLite ({state_dir}), {NODES} nodes x {GPUS} GPUs; jobs finished "
+          f"{NODES * GPUS} at a time (submitted, placed, cancelled while running)")
+    print(f"{'finished':>8} {'RSS MiB':>8} {'MiB/1k':>7} | {'metrics ms':>10} {'list 20 ms':>10} "
+          f"{'dashboard ms':>12} {'reopen s':>8}")
+    done = ran = 0
+    while True:
+        rss = rss_mib()
+        per_k = (rss - base) / done * 1000 if done else 0.0
+        cells = [median_ms(f, args.repeat) for f in (
+            lambda: events.refresh_gauges(logic),
+            lambda: logic.jobs.list(limit=20),
+            lambda: (views.cluster(logic), views.jobs(logic), views.history(logic, history, 3600)))]
+        t0 = time.perf_counter()
+        again = build(state_dir, clock)
+        reopen = time.perf_counter() - t0
+        again.ctx.store.close()
+        del again
+        print(f"{done:>8} {rss:>8.1f} {per_k:>7.2f} | {cells[0]:>10.2f} {cells[1]:>10.2f} {cells[2]:>12.2f} "
+              f"{reopen:>8.2f}", flush=True)
+        if done >= args.finished:
+            break
+        target = min(args.finished, done + args.step)
+        while done < target:
+            ran += finish_batch(logic, clock, done)
+            done += NODES * GPUS
+    print(f"{ran} of the {done} finished jobs ran before they were cancelled")
+    logic.ctx.store.close()
+
+
+if __name__ == "__main__":
+    main()
