@@ -8,14 +8,15 @@ even though the running cluster does not.
 
 Builds the daemon's logic in-process on a real SQLite state store in a temporary state dir
 (no gRPC: what matters is what runs under the lock), 8 nodes of 8 GPUs. Then it finishes
-jobs in batches of 64: each job submitted, placed by a round, and cancelled while it runs,
+jobs in batches of 64 a minute: each job submitted, placed by a round, and cancelled while it runs,
 so that its record carries a placement and a history as a finished job's does. After each
 --step finished jobs it prints the process's RSS (after a full collection) and the median
 time of:
 
   metrics   the /metrics refresh (events.refresh_gauges; run on every Prometheus scrape)
   list 20   the jobs behind `synergy jobs --limit 20` (JobService.list)
-  dashboard /api/cluster + /api/jobs + /api/history, what one open page polls every 2 s
+  dashboard /api/cluster + /api/jobs, what one open page polls every 2 s ...
+  history   ... with /api/history over the last hour
   reopen    opening the state dir again and recovering (synergyd's start-up), once per row
 
     python benchmarks/daemon_history.py [--finished 20000] [--step 5000] [--repeat 5]
@@ -49,6 +50,8 @@ from synergy.scheduler.model import Resources
 
 MODELS = ("resnet18", "resnet50", "gnmt", "lstm", "mobilenet_v2")
 NODES, GPUS = 8, 8
+#: Seconds between two batches: 64 jobs a minute, 3,840 of them in the dashboard's hour.
+BATCH_GAP_S = 60.0
 
 
 def build(state_dir: Path, clock: ManualClock) -> Logic:
@@ -61,11 +64,13 @@ def build(state_dir: Path, clock: ManualClock) -> Logic:
 
 def finish_batch(logic: Logic, clock: ManualClock, first: int) -> int:
     """One job per GPU: submitted, placed, then cancelled while running; how many ran."""
+    clock.advance(BATCH_GAP_S)
+    for i in range(NODES):
+        logic.nodes.heartbeat(f"n{i}", {}, [])  # a node not heard from would be lost
     jobs = [logic.jobs.submit(JobSpec(name=f"j{first + i}", command=("train",), gpus=1,
                                       model=MODELS[(first + i) % len(MODELS)], profiler="none"))
             for i in range(NODES * GPUS)]
     logic.rounds.apply(logic.rounds.plan())
-    # The clock stands still: these nodes send no heartbeats, and would be lost.
     ran = sum(logic.jobs.get(job.id).state == JobState.RUNNING for job in jobs)
     for job in jobs:
         logic.jobs.cancel(job.id, "finished by the benchmark")
@@ -106,7 +111,7 @@ def main() -> None:
     print(f"synergyd's logic on SQLite ({state_dir}), {NODES} nodes x {GPUS} GPUs; jobs finished "
           f"{NODES * GPUS} at a time (submitted, placed, cancelled while running)")
     print(f"{'finished':>8} {'RSS MiB':>8} {'MiB/1k':>7} | {'metrics ms':>10} {'list 20 ms':>10} "
-          f"{'dashboard ms':>12} {'reopen s':>8}")
+          f"{'dashboard ms':>12} {'history ms':>10} {'reopen s':>8}")
     done = ran = 0
     while True:
         rss = rss_mib()
@@ -114,14 +119,15 @@ def main() -> None:
         cells = [median_ms(f, args.repeat) for f in (
             lambda: events.refresh_gauges(logic),
             lambda: logic.jobs.list(limit=20),
-            lambda: (views.cluster(logic), views.jobs(logic), views.history(logic, history, 3600)))]
+            lambda: (views.cluster(logic), views.jobs(logic)),
+            lambda: views.history(logic, history, 3600))]
         t0 = time.perf_counter()
         again = build(state_dir, clock)
         reopen = time.perf_counter() - t0
         again.ctx.store.close()
         del again
         print(f"{done:>8} {rss:>8.1f} {per_k:>7.2f} | {cells[0]:>10.2f} {cells[1]:>10.2f} {cells[2]:>12.2f} "
-              f"{reopen:>8.2f}", flush=True)
+              f"{cells[3]:>10.2f} {reopen:>8.2f}", flush=True)
         if done >= args.finished:
             break
         target = min(args.finished, done + args.step)

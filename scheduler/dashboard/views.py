@@ -6,6 +6,7 @@ Read-only: nothing here changes a record. Each function takes the assembled daem
 
 from __future__ import annotations
 
+from itertools import islice, takewhile
 from typing import Any
 
 from synergy.scheduler.daemon.events import Parts
@@ -85,16 +86,20 @@ def _job_row(parts: Parts, job: JobRecord, cluster: Cluster) -> dict[str, Any]:
 
 
 def jobs(parts: Parts, user: str | None = None) -> dict[str, Any]:
-    """Every active job and the latest `FINISHED_LISTED` finished ones (a long-lived cluster
+    """Every active job and the `FINISHED_LISTED` that ended last (a long-lived cluster
     has finished jobs by the ten thousand: `synergy jobs` pages through them); `user`: only
-    that user's (a plain user's view; None: everyone's)."""
+    that user's (a plain user's view; None: everyone's). Read from the store's index of
+    ended jobs: a page polls this every 2 s under the state lock, and sorting every job ever
+    submitted took 71 ms there at 20,000 finished (benchmarks/daemon_history.py)."""
+    store = parts.ctx.store
     with parts.ctx.lock:
         cluster = parts.rounds.cluster()
-        every = sorted((j for j in parts.ctx.store.jobs() if user is None or j.spec.user == user), key=lambda j: j.id)
-        finished = [j for j in every if j.state.terminal]
-        shown = {j.id for j in finished[-FINISHED_LISTED:]}
-        rows = [_job_row(parts, j, cluster) for j in every if not j.state.terminal or j.id in shown]
-    return {"now": parts.ctx.clock.now(), "jobs": rows, "finished_not_listed": len(finished) - len(shown)}
+        mine = (lambda j: j.spec.user == user) if user is not None else (lambda j: True)
+        shown = list(islice(filter(mine, store.finished_newest_first()), FINISHED_LISTED))
+        listed = sorted([*filter(mine, store.active_jobs()), *shown], key=lambda j: j.id)
+        rows = [_job_row(parts, j, cluster) for j in listed]
+        not_listed = store.finished_count(user) - len(shown)
+    return {"now": parts.ctx.clock.now(), "jobs": rows, "finished_not_listed": not_listed}
 
 
 def cluster(parts: Parts, user: str | None = None) -> dict[str, Any]:
@@ -159,7 +164,7 @@ def history(parts: Parts, hist: History, window_s: float) -> dict[str, Any]:
     now = parts.ctx.clock.now()
     since = now - window_s if window_s > 0 else 0.0
     with parts.ctx.lock:
-        finished = [j for j in parts.ctx.store.jobs() if j.state.terminal and j.finished_at >= since]
+        finished = list(takewhile(lambda j: j.finished_at >= since, parts.ctx.store.finished_newest_first()))
     return {
         "now": now,
         "samples": hist.cluster(since),

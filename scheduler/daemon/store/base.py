@@ -9,7 +9,7 @@ writes are committed by the SQLite backend before they become visible, which is 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
 from synergy.scheduler.daemon.users import UserRecord
@@ -43,6 +43,16 @@ class StateStore(Protocol):
     def state_counts(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state a key), kept as jobs are saved:
         what `/metrics` and the status RPC read, at no cost that grows with finished jobs."""
+        ...
+
+    def finished_newest_first(self) -> Iterator[JobRecord]:
+        """Jobs in a terminal state, the last to end first (by `finished_at` across a
+        restart): the latest few, or those ended since a time, without a walk over all of
+        them. Do not save jobs while iterating."""
+        ...
+
+    def finished_count(self, user: str | None = None) -> int:
+        """How many jobs have ended (of `user` only, unless None)."""
         ...
 
     def next_job_id(self) -> int: ...

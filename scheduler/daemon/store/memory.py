@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from synergy.scheduler.daemon.errors import FailedPrecondition
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
@@ -26,6 +27,10 @@ class MemoryStore:
         #: Jobs per state, kept as jobs are saved: gauges and status read it on every scrape,
         #: and counting every job ever submitted there grew with the cluster's history.
         self._counts: dict[JobState, int] = dict.fromkeys(JobState, 0)
+        #: Ended jobs in the order they ended (ordered by `finished_at` after a load too), and
+        #: how many each user has: the dashboard lists the latest and counts the rest.
+        self._finished: dict[int, JobRecord] = {}
+        self._finished_by_user: Counter[str] = Counter()
         self._max_id = 0
         self._nodes: dict[str, NodeRecord] = {}
         self._settings: dict[str, str] = {}
@@ -52,6 +57,12 @@ class MemoryStore:
 
     def state_counts(self) -> dict[JobState, int]:
         return dict(self._counts)
+
+    def finished_newest_first(self) -> Iterator[JobRecord]:
+        return reversed(self._finished.values())
+
+    def finished_count(self, user: str | None = None) -> int:
+        return len(self._finished) if user is None else self._finished_by_user[user]
 
     def jobs_named(self, name: str) -> list[JobRecord]:
         return [self._jobs[i] for i in self._names.get(name, ())]
@@ -110,12 +121,21 @@ class MemoryStore:
             self._jobs[j.id] = j
             if j.state.terminal:
                 self._active.pop(j.id, None)
+                if j.id not in self._finished:
+                    self._finished_by_user[j.spec.user] += 1
+                self._finished[j.id] = j  # a job saved again after it ended keeps its place
             else:
                 self._active[j.id] = j
+                if self._finished.pop(j.id, None) is not None:
+                    self._finished_by_user[old.spec.user] -= 1
             if j.placed:
                 for p in j.placements:
                     self._on_node.setdefault(p.server_id, {})[j.id] = j
         self._active_sorted = None
+
+    def _order_finished(self) -> None:
+        """Load-time helper: jobs load in id order; the ended ones are kept in the order they ended."""
+        self._finished = {j.id: j for j in sorted(self._finished.values(), key=lambda j: (j.finished_at, j.id))}
 
     def _apply_progress(self, job_id: int, steps_done: int, samples_per_s: float, attained_gpu_s: float) -> None:
         """Load-time helper: newer progress counters over a job's stored body."""

@@ -113,6 +113,7 @@ class SqliteStore(MemoryStore):
             MemoryStore.save_nodes(self, [node_from_dict(json.loads(b))])
         for row in self._db.execute("SELECT job_id, steps_done, samples_per_s, attained_gpu_s FROM progress"):
             self._apply_progress(*row)
+        self._order_finished()
         for k, v in self._db.execute("SELECT key, value FROM settings"):
             MemoryStore.save_setting(self, k, v)
         for (b,) in self._db.execute("SELECT body FROM users ORDER BY name"):
