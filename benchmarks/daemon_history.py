@@ -19,9 +19,10 @@ time of:
   history   ... with /api/history over the last hour
   reopen    opening the state dir again and recovering (synergyd's start-up), once per row
 
-    python benchmarks/daemon_history.py [--finished 20000] [--step 5000] [--repeat 5]
+    python benchmarks/daemon_history.py [--finished 20000] [--step 5000] [--repeat 5] [--in-memory N]
 
-Run it with an older version's source tree first on PYTHONPATH to compare the two.
+--in-memory is synergyd's --finished-jobs-in-memory: the records of ended jobs its store keeps
+in memory (those that ended last; the rest are read from the database when asked for).
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ NODES, GPUS = 8, 8
 BATCH_GAP_S = 60.0
 
 
-def build(state_dir: Path, clock: ManualClock) -> Logic:
-    config = DaemonConfig(state_dir=state_dir, round_s=10, launch_timeout_s=600)
-    ctx = DaemonContext(config, clock, open_store(state_dir), ProfileBook(load_zoo(None)))
+def build(state_dir: Path, clock: ManualClock, in_memory: int) -> Logic:
+    config = DaemonConfig(state_dir=state_dir, round_s=10, launch_timeout_s=600, finished_jobs_in_memory=in_memory)
+    store = open_store(state_dir, None, config.finished_jobs_in_memory)
+    ctx = DaemonContext(config, clock, store, ProfileBook(load_zoo(None)))
     logic = Logic.build(ctx)
     logic.recover()
     return logic
@@ -97,19 +99,23 @@ def main() -> None:
     ap.add_argument("--finished", type=int, default=20_000, help="finished jobs at the end (default 20000)")
     ap.add_argument("--step", type=int, default=5_000, help="print a row every this many (default 5000)")
     ap.add_argument("--repeat", type=int, default=5, help="timed calls per cell, median (default 5)")
+    ap.add_argument("--in-memory", type=int, default=DaemonConfig.finished_jobs_in_memory,
+                    help="synergyd's --finished-jobs-in-memory (default: synergyd's, "
+                         f"{DaemonConfig.finished_jobs_in_memory})")
     args = ap.parse_args()
     if args.finished < 0 or args.step <= 0:
         ap.error("--finished must be >= 0 and --step > 0")
     state_dir = Path(tempfile.mkdtemp(prefix="synergy-history-")) / "state"
     state_dir.mkdir()
     clock = ManualClock()
-    logic = build(state_dir, clock)
+    logic = build(state_dir, clock, args.in_memory)
     for i in range(NODES):
         logic.nodes.register(NodeRecord(f"n{i}", f"n{i}", Resources(GPUS, 24, 500), Resources()), [])
     history = History()
     base = rss_mib()
     print(f"synergyd's logic on SQLite ({state_dir}), {NODES} nodes x {GPUS} GPUs; jobs finished "
-          f"{NODES * GPUS} at a time (submitted, placed, cancelled while running)")
+          f"{NODES * GPUS} at a time (submitted, placed, cancelled while running); "
+          f"--finished-jobs-in-memory {args.in_memory}")
     print(f"{'finished':>8} {'RSS MiB':>8} {'MiB/1k':>7} | {'metrics ms':>10} {'list 20 ms':>10} "
           f"{'dashboard ms':>12} {'history ms':>10} {'reopen s':>8}")
     done = ran = 0
@@ -122,7 +128,7 @@ def main() -> None:
             lambda: (views.cluster(logic), views.jobs(logic)),
             lambda: views.history(logic, history, 3600))]
         t0 = time.perf_counter()
-        again = build(state_dir, clock)
+        again = build(state_dir, clock, args.in_memory)
         reopen = time.perf_counter() - t0
         again.ctx.store.close()
         del again

@@ -82,7 +82,7 @@ class Logic:
         ctx = self.ctx
         with ctx.lock:
             now = ctx.clock.now()
-            for job in ctx.store.jobs():  # the profile store lives in the job records
+            for job in ctx.store.scan_jobs():  # the profile store lives in the job records
                 ctx.profiles.learn(job)
             changes = []
             for job in ctx.store.active_jobs():
@@ -137,7 +137,7 @@ class App:
         self.state_dir.open(warn, 0o711 if in_state_dir else 0o700)
         # The database before the tokens: a start that dies in between (a full disk) leaves
         # a database without tokens, which the next start completes, never tokens without it.
-        self.store = open_store(cfg.state_dir, self._database_damaged)
+        self.store = open_store(cfg.state_dir, self._database_damaged, cfg.finished_jobs_in_memory)
         admin_token = self.state_dir.token(cfg.admin_token_file, ADMIN_TOKEN_FILE, warn)
         cluster_token = self.state_dir.token(cfg.cluster_token_file, CLUSTER_TOKEN_FILE, warn)
         self.started_at = self.clock.now()

@@ -80,6 +80,9 @@ class DaemonConfig:
     #: Calls a second (renewals + heartbeats) the round's cadence may ask of synergyd before
     #: both intervals are stretched (cadence.py); 0 = no cap.
     max_rpc_rate: float = 2000.0
+    #: Ended jobs whose records stay in memory, those that ended last; older ones are read
+    #: from the state dir's database when asked for (store/sqlite.py).
+    finished_jobs_in_memory: int = 10_000
     log_level: str = "info"
     log_format: str = "json"
     #: What runs the jobs: "agent" (synergy-agent on every node) or "slurm" (docs/slurm.md).
@@ -206,6 +209,9 @@ HELP: dict[str, str] = {
     "interval + nodes / heartbeat interval); past it synergyd stretches both intervals, and the lease and node "
     "timeouts with them, in steps of 1.41x until it fits, so an overloaded daemon slows its clients down rather "
     "than losing them (docs/daemon.md, \"Cadence under load\"; 0 = no cap; default 2000)",
+    "finished_jobs_in_memory": "records of ended jobs kept in memory, those that ended last (default 10000, "
+    "0 to 10000000); older ones stay in the database and are read back when listed or described, so a "
+    "long-lived synergyd does not grow with its history (about 4.7 KB per ended job in memory)",
     "log_level": "debug, info, warning or error (default info)",
     "log_format": "json (one object per line, default) or text",
     "backend": "what runs the jobs: agent (synergy-agent on every node, the default) or slurm (a Slurm partition "
@@ -337,6 +343,8 @@ def _validate(c: DaemonConfig) -> None:
         raise ConfigError(str(exc)) from None
     if not 1 <= c.max_renewal_streams <= 1_000_000:
         raise ConfigError(f"--max-renewal-streams must be from 1 to 1000000, got {c.max_renewal_streams}")
+    if not 0 <= c.finished_jobs_in_memory <= 10_000_000:
+        raise ConfigError(f"--finished-jobs-in-memory must be from 0 to 10000000, got {c.finished_jobs_in_memory}")
     if not (math.isfinite(c.max_rpc_rate) and c.max_rpc_rate >= 0):
         raise ConfigError(f"--max-rpc-rate must be a number >= 0 (0: no cap), got {c.max_rpc_rate:g}")
     low, high = MAX_MESSAGE_MB_RANGE

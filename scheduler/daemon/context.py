@@ -58,7 +58,7 @@ class DaemonContext:
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock.now()
         self.cadence = Cadence(self.config.max_rpc_rate)
-        for job in self.store.jobs():
+        for job in self.store.scan_jobs():
             self.job_tokens[token_digest(job.token)] = job.id
 
     @property

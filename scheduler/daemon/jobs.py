@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import replace
+from itertools import islice
 from typing import Iterable, Sequence
 
 from synergy.scheduler.daemon import validation
@@ -67,13 +68,28 @@ class JobBook:
             own = [j for j in named if j.spec.user == user]
             return (own or named)[-1]
 
-    def list(self, states: Iterable[JobState] = (), limit: int = 0, user: str | None = None) -> list[JobRecord]:
-        """Jobs in `states` (all when empty), of `user` only unless None; `limit` most recent."""
+    def list(
+        self, states: Iterable[JobState] = (), limit: int = 0, user: str | None = None, after: int = 0, count: int = 0
+    ) -> list[JobRecord]:
+        """Jobs in `states` (all when empty), of `user` only unless None, by id: of the `limit`
+        most recent (0: of all), those with an id above `after`, the first `count` (0: all).
+
+        A page of ListJobs reads as far as it needs: the store keeps older ended jobs on
+        disk (store/sqlite.py), and a listing that walked all of them for each page of 100
+        would read a long history once per page."""
         wanted = set(states)
+
+        def matches(j: JobRecord) -> bool:
+            return (not wanted or j.state in wanted) and (user is None or j.spec.user == user)
+
         with self.ctx.lock:
-            jobs = [j for j in self.ctx.store.jobs()
-                    if (not wanted or j.state in wanted) and (user is None or j.spec.user == user)]
-        return jobs[-limit:] if limit else jobs
+            store = self.ctx.store
+            if limit:
+                recent = list(islice(filter(matches, store.scan_jobs(descending=True)), limit))
+                found = [j for j in reversed(recent) if j.id > after]
+                return found[:count] if count else found
+            found = filter(matches, store.scan_jobs(after=after))
+            return list(islice(found, count) if count else found)
 
     def progress(self, job: JobRecord) -> tuple[int, float, float] | None:
         """(steps done, samples/s, GPU-seconds) with what renewals reported since the last save;

@@ -4,10 +4,13 @@ read on every poll must not walk every job the cluster has ever finished
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from cli_runner import run_cli
 from hypothesis import given, settings, strategies as st
 
 from synergy.scheduler.daemon.app import Logic
@@ -19,6 +22,7 @@ from synergy.scheduler.daemon.records import JobRecord, JobSpec, JobState, Trans
 from synergy.scheduler.daemon.store import MemoryStore, SqliteStore
 from synergy.scheduler.dashboard import views
 from synergy.scheduler.dashboard.history import History
+from synergy.v1 import admin_pb2
 
 
 def record(job_id: int, state: JobState, user: str = "u", finished_at: float = 0.0) -> JobRecord:
@@ -125,3 +129,131 @@ def test_the_dashboard_lists_the_jobs_that_ended_last_and_counts_the_rest(monkey
                                  finished_at=clock.now())])
     assert views.history(logic, History(), 5.0)["jcts"] == [7.0]
     assert views.history(logic, History(), 0.0)["jcts"] == [5.0, 7.0]
+
+
+# -- ended jobs left on disk (SqliteStore(finished_in_memory=k)) ---------------------------------
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("submit"), st.sampled_from(["a", "b", "c"]), st.sampled_from(["ann", "bob"])),
+    st.tuples(st.just("end"), st.integers(0, 99), st.sampled_from(list(s for s in JobState if s.terminal))),
+    st.tuples(st.just("resave"), st.integers(0, 99), st.integers(1, 99)),  # a late progress or checkpoint save
+    st.tuples(st.just("reopen"), st.integers(0, 4), st.just(0)),
+    st.tuples(st.just("revive"), st.integers(0, 99), st.just(0)),  # not a legal transition; the store allows it
+), min_size=10, max_size=45)
+
+
+def same_view(store, ref: MemoryStore) -> None:
+    top = ref.next_job_id()
+    assert [store.job(i) for i in range(top + 1)] == [ref.job(i) for i in range(top + 1)]
+    for name in ("a", "b", "c"):
+        assert store.jobs_named(name) == ref.jobs_named(name)
+    for after in (0, top // 2):
+        for descending in (False, True):
+            assert list(store.scan_jobs(after, descending)) == list(ref.scan_jobs(after, descending))
+    assert list(store.finished_newest_first()) == list(ref.finished_newest_first())
+    assert store.state_counts() == ref.state_counts()
+    assert [store.finished_count(u) for u in ("ann", "bob", None)] == [ref.finished_count(u) for u in ("ann", "bob", None)]
+    assert store.active_jobs() == ref.active_jobs() and store.renewing_ranks() == ref.renewing_ranks()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 4), ops)
+def test_a_store_that_leaves_ended_jobs_on_disk_answers_as_one_that_keeps_them_all(
+    keep: int, steps: list[tuple]
+) -> None:
+    """Whatever is saved, ended, saved again after it ended or reopened, a store keeping at
+    most `keep` ended records in memory answers every read as the in-memory reference does,
+    and holds no more than `keep` of them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "state.sqlite"
+        store, ref = SqliteStore(path, finished_in_memory=keep), MemoryStore()
+        clock = 0.0
+        for op, a, b in steps:
+            clock += 1.0
+            if op == "submit":
+                job = record(ref.next_job_id(), JobState.QUEUED, user=b)
+                job = replace(job, spec=replace(job.spec, name=a))
+            elif op == "end" and ref.active_jobs():  # the a-th active job ends
+                active = ref.active_jobs()
+                job = replace(active[a % len(active)], state=b, finished_at=clock)
+            elif op == "resave" and ref.finished_count():  # the a-th ended job, saved again
+                ended = list(ref.finished_newest_first())
+                job = replace(ended[a % len(ended)], checkpoint_step=b)
+            elif op == "revive" and ref.finished_count():
+                ended = list(ref.finished_newest_first())
+                job = replace(ended[a % len(ended)], state=JobState.QUEUED, finished_at=0.0)
+            elif op == "reopen":
+                store.close()
+                store, keep = SqliteStore(path, finished_in_memory=a), a
+                same_view(store, ref)
+                continue
+            else:
+                continue
+            if op == "resave" and b % 2:  # the progress flush: its own table, applied over the body
+                job = ref.job(job.id).with_progress(b, 1.5, 2.5)  # only the counters may change
+                store.save_progress([job])
+                ref.save_progress([job])
+            else:
+                store.save_jobs([job])
+                ref.save_jobs([job])
+            assert len(store._finished) <= keep  # the bound itself: records of ended jobs in memory
+            same_view(store, ref)
+        store.close()
+
+
+def test_listing_reads_as_far_as_it_needs_and_answers_as_a_walk_of_every_job(tmp_path: Path) -> None:
+    """JobService.list's limit / after / count, on a store with most ended jobs on disk, against a
+    filter of every job: what ListJobs pages through."""
+    config = DaemonConfig(state_dir=tmp_path, round_s=10)
+    logic = Logic.build(DaemonContext(config, ManualClock(), SqliteStore(tmp_path / "db", finished_in_memory=2),
+                                      ProfileBook(load_zoo(None))))
+    for i in range(12):
+        job = logic.jobs.submit(JobSpec(name=f"j{i}", command=("x",), gpus=1, user="ann" if i % 3 else "bob",
+                                        profiler="none"))
+        if i % 4 != 1:
+            logic.jobs.cancel(job.id, "test")
+    every = logic.ctx.store.jobs()
+    assert len(logic.ctx.store._finished) == 2 and len(every) == 12
+
+    def walked(states, limit, user, after, count):
+        found = [j for j in every if (not states or j.state in states) and (user is None or j.spec.user == user)]
+        found = [j for j in (found[-limit:] if limit else found) if j.id > after]
+        return found[:count] if count else found
+
+    for states in ((), (JobState.CANCELLED,), (JobState.QUEUED,)):
+        for limit in (0, 1, 5, 20):
+            for user in (None, "ann", "bob"):
+                for after in (0, 4, 11):
+                    for count in (0, 1, 3):
+                        assert logic.jobs.list(states, limit, user, after, count) == walked(
+                            states, limit, user, after, count), (states, limit, user, after, count)
+
+
+def test_synergyd_lists_describes_and_reuses_the_names_of_ended_jobs_it_keeps_on_disk(start_daemon, capsys) -> None:
+    """`--finished-jobs-in-memory 1`: three of four jobs end; every one is still listed and
+    described, before and after a restart, and an ended job's name can be used again."""
+    daemon = start_daemon("--finished-jobs-in-memory", "1")
+    admin = daemon.admin()
+    for name in ("a", "b", "c", "d"):
+        admin.submit(name)
+    for name in ("a", "b", "c"):
+        admin.CancelJob(admin_pb2.CancelJobRequest(job=name, reason="done"))
+    admin.close()
+
+    def cli(*args: str) -> str:
+        run = run_cli(capsys, "--state-dir", str(daemon.state_dir), *args)
+        assert run.code == 0, run.err
+        return run.out
+
+    for run in (1, 2):
+        listed = json.loads(cli("jobs", "--json"))["jobs"]
+        assert [(j["name"], j["state"]) for j in listed] == [
+            ("a", "cancelled"), ("b", "cancelled"), ("c", "cancelled"), ("d", "queued")], run
+        described = json.loads(cli("describe", "a", "--json"))
+        assert described["state"] == "cancelled" and "cancelled" in described["history"][-1]["reason"], run
+        daemon.terminate()
+        daemon.start()
+    admin = daemon.admin()
+    again = admin.submit("a")
+    assert admin.state(again.id) != "cancelled" and admin.state("a") != "cancelled"
+    admin.close()

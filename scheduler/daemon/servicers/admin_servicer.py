@@ -130,8 +130,9 @@ class AdminServicer(Servicer, admin_pb2_grpc.AdminServiceServicer):
         if request.all_users and not caller.admin:
             raise PermissionDenied(f"all_users: only an admin may list every user's jobs; {caller.name} sees their own")
         user = None if request.all_users else caller.name
-        jobs = sorted(self.jobs.list([s for s in states if s is not None], request.limit, user=user),
-                      key=lambda j: j.id)
+        after = max(0, paging.decode_token(request.page_token))
+        jobs = self.jobs.list([s for s in states if s is not None], request.limit, user=user, after=after,
+                              count=paging.page_size(request.page_size) + 1)  # one more: is there a next page?
         chunk, next_token = paging.page(jobs, lambda j: j.id, request.page_token, request.page_size)
         with self.ctx.lock:
             cluster = self.rounds.cluster()

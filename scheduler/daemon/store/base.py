@@ -18,7 +18,14 @@ from synergy.scheduler.statedir import DatabaseSummary
 
 class StateStore(Protocol):
     def jobs(self) -> list[JobRecord]:
-        """Every job, ordered by id."""
+        """Every job, ordered by id: all of them in memory at once (tests, small clusters);
+        walk a long history with `scan_jobs`."""
+        ...
+
+    def scan_jobs(self, after: int = 0, descending: bool = False) -> Iterator[JobRecord]:
+        """Jobs with an id above `after`, by id (the highest first when `descending`), read
+        as the caller goes: the SQLite store reads the ended jobs it keeps on disk only in
+        chunks. Do not save jobs while iterating."""
         ...
 
     def active_jobs(self) -> list[JobRecord]:

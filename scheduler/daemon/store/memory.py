@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -29,7 +29,7 @@ class MemoryStore:
         self._counts: dict[JobState, int] = dict.fromkeys(JobState, 0)
         #: Ended jobs in the order they ended (ordered by `finished_at` after a load too), and
         #: how many each user has: the dashboard lists the latest and counts the rest.
-        self._finished: dict[int, JobRecord] = {}
+        self._finished: OrderedDict[int, JobRecord] = OrderedDict()
         self._finished_by_user: Counter[str] = Counter()
         self._max_id = 0
         self._nodes: dict[str, NodeRecord] = {}
@@ -38,7 +38,11 @@ class MemoryStore:
 
     # -- reads --------------------------------------------------------------------------------
     def jobs(self) -> list[JobRecord]:
-        return [self._jobs[k] for k in sorted(self._jobs)]
+        return list(self.scan_jobs())
+
+    def scan_jobs(self, after: int = 0, descending: bool = False) -> Iterator[JobRecord]:
+        ids = sorted((k for k in self._jobs if k > after), reverse=descending)
+        return (self._jobs[k] for k in ids)
 
     def active_jobs(self) -> list[JobRecord]:
         if self._active_sorted is None:  # rebuilt only after a write: reads dominate
@@ -62,7 +66,9 @@ class MemoryStore:
         return reversed(self._finished.values())
 
     def finished_count(self, user: str | None = None) -> int:
-        return len(self._finished) if user is None else self._finished_by_user[user]
+        if user is None:
+            return sum(n for state, n in self._counts.items() if state.terminal)
+        return self._finished_by_user[user]
 
     def jobs_named(self, name: str) -> list[JobRecord]:
         return [self._jobs[i] for i in self._names.get(name, ())]
@@ -135,7 +141,41 @@ class MemoryStore:
 
     def _order_finished(self) -> None:
         """Load-time helper: jobs load in id order; the ended ones are kept in the order they ended."""
-        self._finished = {j.id: j for j in sorted(self._finished.values(), key=lambda j: (j.finished_at, j.id))}
+        self._finished = OrderedDict((j.id, j) for j in sorted(self._finished.values(), key=lambda j: (j.finished_at, j.id)))
+
+    def _index_absent(self, job_id: int, name: str, state: JobState, user: str) -> None:
+        """Load-time helper of a cache that leaves a job on disk: its name, state and user
+        are counted as if it were here (`_drop_oldest_finished` leaves them counted too)."""
+        self._names.setdefault(name, []).append(job_id)
+        self._max_id = max(self._max_id, job_id)
+        self._counts[state] += 1
+        if state.terminal:
+            self._finished_by_user[user] += 1
+
+    def _sort_names(self) -> None:
+        """Load-time helper of `_index_absent`, which indexes names out of id order."""
+        for ids in self._names.values():
+            ids.sort()
+
+    def _recount(self, old: JobRecord, new: JobRecord) -> None:
+        """`old`, an ended job not in memory, saved again as `new` (ended too): move its counts."""
+        self._counts[old.state] -= 1
+        self._counts[new.state] += 1
+        self._finished_by_user[old.spec.user] -= 1
+        self._finished_by_user[new.spec.user] += 1
+
+    def _drop_oldest_finished(self) -> int:
+        """Drop the record of the job that ended first from memory (a cache making room; its
+        counts and name stay); its id."""
+        job_id, _ = self._finished.popitem(last=False)
+        del self._jobs[job_id]
+        return job_id
+
+    def _put_back(self, job: JobRecord) -> None:
+        """Undo `_drop_oldest_finished` for `job` (ended, read back from disk), so that saving
+        it again replaces it rather than counting it twice."""
+        self._jobs[job.id] = job
+        self._finished[job.id] = job
 
     def _apply_progress(self, job_id: int, steps_done: int, samples_per_s: float, attained_gpu_s: float) -> None:
         """Load-time helper: newer progress counters over a job's stored body."""

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from array import array
+from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from synergy.scheduler.daemon.records import (
     JobRecord,
+    JobState,
     NodeRecord,
     job_from_dict,
     job_to_dict,
@@ -50,6 +53,10 @@ _USERS_SCHEMA = "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, body T
 #: Called once, with the error, when a write finds the database damaged (the daemon stops serving).
 OnDamaged = Callable[[sqlite3.DatabaseError], None]
 
+#: Jobs read from disk in one query (below SQLite's limit on bound parameters).
+READ_CHUNK = 500
+_ENDED = tuple(s.value for s in JobState if s.terminal)
+
 
 class SqliteStore(MemoryStore):
     """Write-through: SQLite is the truth, the inherited MemoryStore is the read cache.
@@ -57,12 +64,23 @@ class SqliteStore(MemoryStore):
     Opening checks the file first (statedir.verify_database: quick_check and the schema),
     so a damaged database stops the start with one line instead of failing writes later.
     A write that finds the file damaged while running calls `on_damaged` once and re-raises.
+
+    `finished_in_memory`: the cache keeps the records of at most this many ended jobs, those
+    that ended last (None: every job). A long-lived cluster ends jobs by the hundred
+    thousand, about 4.7 KB of memory each (benchmarks/daemon_history.py); older ones stay on
+    disk, counted and indexed by name, and are read back when asked for (`job`,
+    `jobs_named`, `scan_jobs`, `finished_newest_first`). Active jobs are always in memory,
+    so renewals, heartbeats and rounds never wait for the disk.
     """
 
-    def __init__(self, path: Path, on_damaged: OnDamaged | None = None) -> None:
+    def __init__(self, path: Path, on_damaged: OnDamaged | None = None,
+                 finished_in_memory: int | None = None) -> None:
         super().__init__()
         self.path = Path(path)
         self._on_damaged = on_damaged
+        self._keep_finished = finished_in_memory
+        #: Ids of the ended jobs left on disk, in the order they ended (8 bytes each).
+        self._on_disk = array("q")
         self.damaged: sqlite3.DatabaseError | None = None
         try:
             if not self.path.exists():  # holds job tokens: owner-only from the start (WAL files inherit it)
@@ -107,8 +125,12 @@ class SqliteStore(MemoryStore):
             source.close()
 
     def _load(self) -> None:
-        rows = self._db.execute("SELECT body FROM jobs ORDER BY id").fetchall()
-        self._remember_jobs([job_from_dict(json.loads(b)) for (b,) in rows])
+        left = self._leave_on_disk()
+        for (job_id, b) in self._db.execute("SELECT id, body FROM jobs ORDER BY id"):
+            if job_id not in left:
+                MemoryStore._remember_jobs(self, [job_from_dict(json.loads(b))])
+        if left:
+            self._sort_names()
         for (b,) in self._db.execute("SELECT body FROM nodes ORDER BY id"):
             MemoryStore.save_nodes(self, [node_from_dict(json.loads(b))])
         for row in self._db.execute("SELECT job_id, steps_done, samples_per_s, attained_gpu_s FROM progress"):
@@ -118,6 +140,98 @@ class SqliteStore(MemoryStore):
             MemoryStore.save_setting(self, k, v)
         for (b,) in self._db.execute("SELECT body FROM users ORDER BY name"):
             MemoryStore.save_user(self, user_from_dict(json.loads(b)))
+
+    def _leave_on_disk(self) -> set[int]:
+        """Load-time: the ended jobs beyond `finished_in_memory` (those that ended first),
+        indexed without reading their records; their ids."""
+        if self._keep_finished is None:
+            return set()
+        ended = self._db.execute(
+            "SELECT id, name, state, json_extract(body, '$.finished_at'), json_extract(body, '$.spec.user') "
+            f"FROM jobs WHERE state IN ({','.join('?' * len(_ENDED))})", _ENDED).fetchall()
+        ended.sort(key=lambda row: (row[3] or 0.0, row[0]))
+        left = ended[:max(0, len(ended) - self._keep_finished)]
+        for job_id, name, state, _, user in left:
+            self._index_absent(job_id, name, JobState(state), user or "")
+            self._on_disk.append(job_id)
+        return {row[0] for row in left}
+
+    def _read(self, ids: list[int]) -> list[JobRecord]:
+        """Records from disk, in the order of `ids` (missing ones left out), with any newer
+        progress counters applied."""
+        found: dict[int, JobRecord] = {}
+        for start in range(0, len(ids), READ_CHUNK):
+            chunk = ids[start:start + READ_CHUNK]
+            for job_id, body, steps, speed, gpu_s in self._db.execute(
+                "SELECT j.id, j.body, p.steps_done, p.samples_per_s, p.attained_gpu_s FROM jobs j "
+                f"LEFT JOIN progress p ON p.job_id = j.id WHERE j.id IN ({','.join('?' * len(chunk))})", chunk):
+                job = job_from_dict(json.loads(body))
+                if steps is not None:
+                    job = job.with_progress(steps, speed, gpu_s)
+                found[job_id] = job
+        return [found[i] for i in ids if i in found]
+
+    # -- reads that reach the ended jobs left on disk ------------------------------------------
+    def job(self, job_id: int) -> JobRecord | None:
+        found = super().job(job_id)
+        if found is None and self._on_disk and 0 < job_id <= self._max_id:
+            return next(iter(self._read([job_id])), None)
+        return found
+
+    def jobs_named(self, name: str) -> list[JobRecord]:
+        ids = self._names.get(name, [])
+        missing = [i for i in ids if i not in self._jobs]
+        if not missing:
+            return super().jobs_named(name)
+        disk = {j.id: j for j in self._read(missing)}
+        return [j for j in (self._jobs.get(i) or disk.get(i) for i in ids) if j is not None]
+
+    def scan_jobs(self, after: int = 0, descending: bool = False) -> Iterator[JobRecord]:
+        if not self._on_disk:
+            yield from super().scan_jobs(after, descending)
+            return
+        ids = iter(sorted((i for i in (*self._jobs, *self._on_disk) if i > after), reverse=descending))
+        while chunk := list(islice(ids, READ_CHUNK)):
+            disk = {j.id: j for j in self._read([i for i in chunk if i not in self._jobs])}
+            for i in chunk:
+                job = self._jobs.get(i) or disk.get(i)
+                if job is not None:
+                    yield job
+
+    def finished_newest_first(self) -> Iterator[JobRecord]:
+        yield from super().finished_newest_first()
+        ids = reversed(self._on_disk)
+        while chunk := list(islice(ids, READ_CHUNK)):
+            yield from self._read(chunk)
+
+    def _remember_jobs(self, jobs: list[JobRecord]) -> None:
+        super()._remember_jobs(jobs)
+        if self._keep_finished is not None:
+            while len(self._finished) > self._keep_finished:
+                self._on_disk.append(self._drop_oldest_finished())
+
+    def _saved_on_disk(self, jobs: list[JobRecord]) -> dict[int, JobRecord]:
+        """The records, read before a save replaces them, of the ended jobs left on disk
+        that `jobs` saves again (a late checkpoint report, say)."""
+        if not self._on_disk:
+            return {}
+        return {j.id: j for j in self._read([j.id for j in jobs if j.id not in self._jobs and j.id <= self._max_id])}
+
+    def _settle(self, jobs: list[JobRecord], olds: dict[int, JobRecord]) -> list[JobRecord]:
+        """After a save's commit: an ended job left on disk and saved as ended stays there,
+        in its place among the ended, with its counts moved; one saved as active comes back
+        to memory. The jobs the cache is left to remember."""
+        rest = []
+        for j in jobs:
+            old = olds.get(j.id)
+            if old is not None and j.state.terminal:
+                self._recount(old, j)
+                continue
+            if old is not None:
+                self._on_disk.remove(j.id)
+                self._put_back(old)
+            rest.append(j)
+        return rest
 
     def _commit(self, statements: list[tuple[str, tuple]]) -> None:
         try:
@@ -157,13 +271,15 @@ class SqliteStore(MemoryStore):
                 )
             )
             statements.append(("DELETE FROM progress WHERE job_id = ?", (j.id,)))  # the body is newer
+        olds = self._saved_on_disk(jobs)
         self._commit(statements)
-        super().save_jobs(jobs)
+        super().save_jobs(self._settle(jobs, olds))
 
     def save_progress(self, jobs: Iterable[JobRecord]) -> None:
         jobs = list(jobs)
         if not jobs:
             return
+        olds = self._saved_on_disk(jobs)
         self._commit(
             [
                 (
@@ -173,7 +289,7 @@ class SqliteStore(MemoryStore):
                 for j in jobs
             ]
         )
-        super().save_progress(jobs)
+        super().save_progress(self._settle(jobs, olds))
 
     def save_nodes(self, nodes: Iterable[NodeRecord]) -> None:
         nodes = list(nodes)
