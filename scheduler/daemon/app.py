@@ -82,7 +82,7 @@ class Logic:
         ctx = self.ctx
         with ctx.lock:
             now = ctx.clock.now()
-            for job in ctx.store.scan_jobs():  # the profile store lives in the job records
+            for job in ctx.store.profiled_jobs():  # the profile store lives in the job records
                 ctx.profiles.learn(job)
             changes = []
             for job in ctx.store.active_jobs():

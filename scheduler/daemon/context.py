@@ -58,8 +58,8 @@ class DaemonContext:
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock.now()
         self.cadence = Cadence(self.config.max_rpc_rate)
-        for job in self.store.scan_jobs():
-            self.job_tokens[token_digest(job.token)] = job.id
+        for job_id, token in self.store.job_tokens():
+            self.job_tokens[token_digest(token)] = job_id
 
     @property
     def renew_interval_s(self) -> float:
@@ -81,10 +81,14 @@ class DaemonContext:
         return self.config.heartbeat_window * self.cadence.timeouts(now)
 
     def save_jobs(self, changes: Iterable[tuple[JobRecord | None, JobRecord]]) -> None:
-        """Commit (old, new) job pairs in one transaction, then count the new transitions."""
+        """Commit (old, new) job pairs in one transaction, then count the new transitions.
+        A job that ended leaves the live state: its progress is in its record by then, and
+        every progress flush walks the live entries (kept, they grew with every job that ever ran)."""
         changes = list(changes)
         self.store.save_jobs(new for _, new in changes)
         for old, new in changes:
+            if new.state.terminal:
+                self.live.jobs.pop(new.id, None)
             for t in new.history[len(old.history) if old is not None else 0 :]:
                 self.metrics.transitions.labels(t.to_state.value).inc()
                 if t.to_state.terminal:

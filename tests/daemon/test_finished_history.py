@@ -18,16 +18,17 @@ from synergy.scheduler.daemon.clock import ManualClock
 from synergy.scheduler.daemon.config import DaemonConfig
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.profiles import ProfileBook, load_zoo
-from synergy.scheduler.daemon.records import JobRecord, JobSpec, JobState, Transition
+from synergy.scheduler.daemon.records import JobRecord, JobSpec, JobState, NodeRecord, Transition
 from synergy.scheduler.daemon.store import MemoryStore, SqliteStore
 from synergy.scheduler.dashboard import views
 from synergy.scheduler.dashboard.history import History
+from synergy.scheduler.model import Resources
 from synergy.v1 import admin_pb2
 
 
 def record(job_id: int, state: JobState, user: str = "u", finished_at: float = 0.0) -> JobRecord:
     spec = JobSpec(name=f"j{job_id}", command=("x",), gpus=1, user=user)
-    return JobRecord(job_id, spec, "t", float(job_id), state, (Transition(None, JobState.SUBMITTED, "s", 0.0),),
+    return JobRecord(job_id, spec, f"token-{job_id}", float(job_id), state, (Transition(None, JobState.SUBMITTED, "s", 0.0),),
                      finished_at=finished_at)
 
 
@@ -154,6 +155,8 @@ def same_view(store, ref: MemoryStore) -> None:
     assert store.state_counts() == ref.state_counts()
     assert [store.finished_count(u) for u in ("ann", "bob", None)] == [ref.finished_count(u) for u in ("ann", "bob", None)]
     assert store.active_jobs() == ref.active_jobs() and store.renewing_ranks() == ref.renewing_ranks()
+    assert sorted(store.job_tokens()) == sorted(ref.job_tokens())
+    assert sorted(store.profiled_jobs(), key=lambda j: j.id) == list(ref.profiled_jobs())
 
 
 @settings(max_examples=40, deadline=None)
@@ -172,7 +175,7 @@ def test_a_store_that_leaves_ended_jobs_on_disk_answers_as_one_that_keeps_them_a
             clock += 1.0
             if op == "submit":
                 job = record(ref.next_job_id(), JobState.QUEUED, user=b)
-                job = replace(job, spec=replace(job.spec, name=a))
+                job = replace(job, spec=replace(job.spec, name=a), profiled=b == "bob")
             elif op == "end" and ref.active_jobs():  # the a-th active job ends
                 active = ref.active_jobs()
                 job = replace(active[a % len(active)], state=b, finished_at=clock)
@@ -257,3 +260,17 @@ def test_synergyd_lists_describes_and_reuses_the_names_of_ended_jobs_it_keeps_on
     again = admin.submit("a")
     assert admin.state(again.id) != "cancelled" and admin.state("a") != "cancelled"
     admin.close()
+
+
+def test_a_job_that_ends_leaves_the_live_state() -> None:
+    """Live entries are for jobs that run: every progress flush walks them, and kept after
+    the end they grew with every job the cluster ever ran (and read its record each time)."""
+    logic = Logic.build(DaemonContext(DaemonConfig(state_dir=Path("unused"), round_s=10), ManualClock(),
+                                      MemoryStore(), ProfileBook(load_zoo(None))))
+    logic.nodes.register(NodeRecord("n", "n", Resources(2, 8, 64), Resources()), [])
+    jobs = [logic.jobs.submit(JobSpec(name=f"j{i}", command=("x",), gpus=1, model="resnet18", profiler="none"))
+            for i in range(2)]
+    logic.rounds.apply(logic.rounds.plan())
+    assert set(logic.ctx.live.jobs) == {j.id for j in jobs}  # placed: launched, so live
+    logic.jobs.cancel(jobs[0].id, "test")
+    assert set(logic.ctx.live.jobs) == {jobs[1].id}

@@ -52,6 +52,17 @@ class StateStore(Protocol):
         what `/metrics` and the status RPC read, at no cost that grows with finished jobs."""
         ...
 
+    def job_tokens(self) -> Iterator[tuple[int, str]]:
+        """(job id, token) of every job: synergyd's start-up indexes them all, without
+        reading the whole record of every ended job left on disk."""
+        ...
+
+    def profiled_jobs(self) -> Iterator[JobRecord]:
+        """Jobs measured under a profiling lease (`profiled`), in no set order: the profile
+        store is rebuilt from them at start-up (profile_store.py keeps the latest job's per
+        workload whatever the order), not from every job ever submitted."""
+        ...
+
     def finished_newest_first(self) -> Iterator[JobRecord]:
         """Jobs in a terminal state, the last to end first (by `finished_at` across a
         restart): the latest few, or those ended since a time, without a walk over all of

@@ -62,6 +62,12 @@ class MemoryStore:
     def state_counts(self) -> dict[JobState, int]:
         return dict(self._counts)
 
+    def job_tokens(self) -> Iterator[tuple[int, str]]:
+        return ((j.id, j.token) for j in self._jobs.values())
+
+    def profiled_jobs(self) -> Iterator[JobRecord]:
+        return (self._jobs[k] for k in sorted(self._jobs) if self._jobs[k].profiled)
+
     def finished_newest_first(self) -> Iterator[JobRecord]:
         return reversed(self._finished.values())
 

@@ -56,6 +56,7 @@ OnDamaged = Callable[[sqlite3.DatabaseError], None]
 #: Jobs read from disk in one query (below SQLite's limit on bound parameters).
 READ_CHUNK = 500
 _ENDED = tuple(s.value for s in JobState if s.terminal)
+_MARKS = ",".join("?" * len(_ENDED))
 
 
 class SqliteStore(MemoryStore):
@@ -125,12 +126,15 @@ class SqliteStore(MemoryStore):
             source.close()
 
     def _load(self) -> None:
-        left = self._leave_on_disk()
-        for (job_id, b) in self._db.execute("SELECT id, body FROM jobs ORDER BY id"):
-            if job_id not in left:
+        kept = self._leave_on_disk()
+        if kept is not None:  # only the active jobs and the ended ones kept are read
+            for (b,) in self._db.execute(f"SELECT body FROM jobs WHERE state NOT IN ({_MARKS}) ORDER BY id", _ENDED):
                 MemoryStore._remember_jobs(self, [job_from_dict(json.loads(b))])
-        if left:
+            MemoryStore._remember_jobs(self, self._read(kept))
             self._sort_names()
+        else:
+            for (b,) in self._db.execute("SELECT body FROM jobs ORDER BY id"):
+                MemoryStore._remember_jobs(self, [job_from_dict(json.loads(b))])
         for (b,) in self._db.execute("SELECT body FROM nodes ORDER BY id"):
             MemoryStore.save_nodes(self, [node_from_dict(json.loads(b))])
         for row in self._db.execute("SELECT job_id, steps_done, samples_per_s, attained_gpu_s FROM progress"):
@@ -141,20 +145,21 @@ class SqliteStore(MemoryStore):
         for (b,) in self._db.execute("SELECT body FROM users ORDER BY name"):
             MemoryStore.save_user(self, user_from_dict(json.loads(b)))
 
-    def _leave_on_disk(self) -> set[int]:
-        """Load-time: the ended jobs beyond `finished_in_memory` (those that ended first),
-        indexed without reading their records; their ids."""
+    def _leave_on_disk(self) -> list[int] | None:
+        """Load-time: index the ended jobs beyond `finished_in_memory` (those that ended
+        first) without reading their records; the ids of the ended jobs to read, or None
+        when none is left on disk (every job is read)."""
         if self._keep_finished is None:
-            return set()
+            return None
         ended = self._db.execute(
             "SELECT id, name, state, json_extract(body, '$.finished_at'), json_extract(body, '$.spec.user') "
-            f"FROM jobs WHERE state IN ({','.join('?' * len(_ENDED))})", _ENDED).fetchall()
+            f"FROM jobs WHERE state IN ({_MARKS})", _ENDED).fetchall()
         ended.sort(key=lambda row: (row[3] or 0.0, row[0]))
-        left = ended[:max(0, len(ended) - self._keep_finished)]
-        for job_id, name, state, _, user in left:
+        cut = max(0, len(ended) - self._keep_finished)
+        for job_id, name, state, _, user in ended[:cut]:
             self._index_absent(job_id, name, JobState(state), user or "")
             self._on_disk.append(job_id)
-        return {row[0] for row in left}
+        return sorted(row[0] for row in ended[cut:]) if cut else None
 
     def _read(self, ids: list[int]) -> list[JobRecord]:
         """Records from disk, in the order of `ids` (missing ones left out), with any newer
@@ -190,13 +195,31 @@ class SqliteStore(MemoryStore):
         if not self._on_disk:
             yield from super().scan_jobs(after, descending)
             return
-        ids = iter(sorted((i for i in (*self._jobs, *self._on_disk) if i > after), reverse=descending))
+        # Ids are given in order from 1 and jobs are never deleted: walk the range, so that a
+        # page of the newest jobs costs a page, not a sort of every id.
+        ids = iter(range(self._max_id, after, -1) if descending else range(after + 1, self._max_id + 1))
         while chunk := list(islice(ids, READ_CHUNK)):
             disk = {j.id: j for j in self._read([i for i in chunk if i not in self._jobs])}
             for i in chunk:
                 job = self._jobs.get(i) or disk.get(i)
                 if job is not None:
                     yield job
+
+    def job_tokens(self) -> Iterator[tuple[int, str]]:
+        yield from super().job_tokens()
+        ids = iter(self._on_disk)
+        while chunk := list(islice(ids, READ_CHUNK)):
+            yield from self._db.execute(
+                f"SELECT id, json_extract(body, '$.token') FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+
+    def profiled_jobs(self) -> Iterator[JobRecord]:
+        yield from super().profiled_jobs()
+        ids = iter(self._on_disk)
+        while chunk := list(islice(ids, READ_CHUNK)):
+            found = self._db.execute(
+                f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(chunk))}) "
+                "AND json_extract(body, '$.profiled')", chunk)
+            yield from self._read([job_id for (job_id,) in found])
 
     def finished_newest_first(self) -> Iterator[JobRecord]:
         yield from super().finished_newest_first()
