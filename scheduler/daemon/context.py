@@ -82,13 +82,15 @@ class DaemonContext:
 
     def save_jobs(self, changes: Iterable[tuple[JobRecord | None, JobRecord]]) -> None:
         """Commit (old, new) job pairs in one transaction, then count the new transitions.
-        A job that ended leaves the live state: its progress is in its record by then, and
-        every progress flush walks the live entries (kept, they grew with every job that ever ran)."""
+        A job that ended leaves the live state and its parsed profiles: its progress is in its
+        record by then, and kept, they grew with every job that ever ran (every progress flush
+        walks the live entries)."""
         changes = list(changes)
         self.store.save_jobs(new for _, new in changes)
         for old, new in changes:
             if new.state.terminal:
                 self.live.jobs.pop(new.id, None)
+                self.profiles.forget(new.id)
             for t in new.history[len(old.history) if old is not None else 0 :]:
                 self.metrics.transitions.labels(t.to_state.value).inc()
                 if t.to_state.terminal:

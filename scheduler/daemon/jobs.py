@@ -201,7 +201,6 @@ class JobBook:
             who = f" by {by}" if by else ""
             new = self.with_progress(job, now).to(JobState.CANCELLED, f"cancelled{who}: {reason or 'no reason given'}", now)
             ctx.save_jobs([(job, new)])
-            ctx.profiles.forget(job.id)
             event(ctx.log, "job.cancelled", job=job.id, reason=reason, by=by)
             return new
 

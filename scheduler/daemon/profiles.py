@@ -31,6 +31,10 @@ from synergy.scheduler.profiles.format import SensitivityProfile
 from synergy.scheduler.profiles.knee import knee_profile
 from synergy.scheduler.profiles.zoo import get_profiles
 
+#: What a job's parsed profile came from, the second half of `ProfileBook._parsed`'s keys.
+_REPORTED, _SPEC = "reported", "spec"
+_PARSED_KINDS = (_REPORTED, _SPEC)
+
 #: Task class -> zoo model standing in for an unprofiled job of that class.
 TASK_STAND_INS = {"image": "resnet18", "language": "lstm", "speech": "m5"}
 
@@ -111,14 +115,14 @@ class ProfileBook:
 
     def profile(self, job: JobRecord, cluster: Cluster) -> SensitivityProfile:
         if job.reported_profile is not None:
-            return self._parse(job, "reported", job.reported_profile)
+            return self._parse(job, _REPORTED, job.reported_profile)
         src = self.source(job)
         if src == "spec":
-            return self._parse(job, "spec", job.spec.profile)
+            return self._parse(job, _SPEC, job.spec.profile)
         if src.startswith("stored:"):
             stored = self.stored(job)
             assert stored is not None
-            return self._parse_as(stored.job_id, "reported", job.spec.model or job.name, stored.doc)
+            return self._parse_as(stored.job_id, _REPORTED, job.spec.model or job.name, stored.doc)
         if src.startswith("zoo:"):
             return self.zoo[src[4:].split(" ")[0]]
         knee = _knee(job, cluster)
@@ -141,8 +145,10 @@ class ProfileBook:
         return self.store.learn(job.id, job.spec, job.profiled, job.reported_profile)
 
     def forget(self, job_id: int) -> None:
-        for key in [k for k in self._parsed if k[0] == job_id]:
-            del self._parsed[key]
+        """Drop the parsed profiles of `job_id` (its profile changed, or it ended): one lookup
+        per kind, since every job that ends calls it."""
+        for kind in _PARSED_KINDS:
+            self._parsed.pop((job_id, kind), None)
 
     def _parse(self, job: JobRecord, kind: str, doc: Mapping[str, Any] | None) -> SensitivityProfile:
         return self._parse_as(job.id, kind, job.spec.model or job.name, doc)

@@ -274,3 +274,26 @@ def test_a_job_that_ends_leaves_the_live_state() -> None:
     assert set(logic.ctx.live.jobs) == {j.id for j in jobs}  # placed: launched, so live
     logic.jobs.cancel(jobs[0].id, "test")
     assert set(logic.ctx.live.jobs) == {jobs[1].id}
+
+
+def test_a_job_that_ends_leaves_no_parsed_profile_behind() -> None:
+    """Parsed profiles are cached per job for the rounds; one that ended by any way (not only
+    a cancel) must not keep its entry: profiled jobs are most jobs."""
+    logic = Logic.build(DaemonContext(DaemonConfig(state_dir=Path("unused"), round_s=10), ManualClock(),
+                                      MemoryStore(), ProfileBook(load_zoo(None))))
+    logic.nodes.register(NodeRecord("n", "n", Resources(2, 8, 64), Resources()), [])
+    profile = {"task": "image", "cpus_per_gpu": [1, 2], "mem_gb_per_gpu": [1, 2], "throughput": [[1, 1], [2, 2]],
+               "reference": {"cpus_per_gpu": 1, "mem_gb_per_gpu": 1}, "iter_time_s": 0.1}
+    ended = []
+    for i in range(3):
+        job = logic.jobs.submit(JobSpec(name=f"j{i}", command=("x",), gpus=1, profile=profile))
+        ended.append(job.id)
+    logic.rounds.apply(logic.rounds.plan())
+    parsed = logic.ctx.profiles._parsed
+    assert {job_id for job_id, _ in parsed} == set(ended)  # the rounds parsed each job's profile
+    ctx = logic.ctx
+    with ctx.lock:
+        for job_id, state in zip(ended, (JobState.SUCCEEDED, JobState.FAILED)):
+            job = ctx.store.job(job_id)
+            ctx.save_jobs([(job, job.to(state, "test", ctx.clock.now()))])
+    assert {job_id for job_id, _ in parsed} == {ended[2]}
