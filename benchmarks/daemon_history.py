@@ -7,10 +7,11 @@ call, a dashboard poll, all under the state lock that RPCs wait for) grows with 
 even though the running cluster does not.
 
 Builds the daemon's logic in-process on a real SQLite state store in a temporary state dir
-(no gRPC: what matters is what runs under the lock), 8 nodes of 8 GPUs. Then it finishes
-jobs in batches of 64 a minute: each job submitted, placed by a round, and cancelled while it runs,
-so that its record carries a placement and a history as a finished job's does. After each
---step finished jobs it prints the process's RSS (after a full collection) and the median
+(no gRPC: what matters is what runs under the lock), 8 nodes of 8 GPUs. Then it ends jobs
+in batches of 64 a minute: each job, with the sensitivity profile its user gave, is
+submitted, placed by a round and ended while it runs (every other one as its process exits
+0, the rest cancelled), so that its record carries a placement and a history as an ended
+job's does. After each --step ended jobs it prints the process's RSS (after a full collection) and the median
 time of:
 
   metrics   the /metrics refresh (events.refresh_gauges; run on every Prometheus scrape)
@@ -65,17 +66,28 @@ def build(state_dir: Path, clock: ManualClock, in_memory: int) -> Logic:
 
 
 def finish_batch(logic: Logic, clock: ManualClock, first: int) -> int:
-    """One job per GPU: submitted, placed, then cancelled while running; how many ran."""
+    """One job per GPU, each with the profile its user gave: submitted, placed, then every
+    other one ends as its process exits 0 and the rest are cancelled while running; how
+    many ran."""
     clock.advance(BATCH_GAP_S)
     for i in range(NODES):
         logic.nodes.heartbeat(f"n{i}", {}, [])  # a node not heard from would be lost
+    zoo = logic.ctx.profiles.zoo
     jobs = [logic.jobs.submit(JobSpec(name=f"j{first + i}", command=("train",), gpus=1,
-                                      model=MODELS[(first + i) % len(MODELS)], profiler="none"))
+                                      profile=zoo[MODELS[(first + i) % len(MODELS)]].to_dict()))
             for i in range(NODES * GPUS)]
     logic.rounds.apply(logic.rounds.plan())
     ran = sum(logic.jobs.get(job.id).state == JobState.RUNNING for job in jobs)
-    for job in jobs:
-        logic.jobs.cancel(job.id, "finished by the benchmark")
+    ctx = logic.ctx
+    for k, job in enumerate(jobs):
+        if k % 2:
+            logic.jobs.cancel(job.id, "cancelled by the benchmark")
+            continue
+        with ctx.lock:
+            job = logic.jobs.get(job.id)
+            done = logic.jobs.task_exited(job, 0, 0, job.placements[0].server_id, "") if job.placed else None
+            if done is not None:
+                ctx.save_jobs([(job, done)])
     return ran
 
 
@@ -114,7 +126,7 @@ def main() -> None:
     history = History()
     base = rss_mib()
     print(f"synergyd's logic on SQLite ({state_dir}), {NODES} nodes x {GPUS} GPUs; jobs finished "
-          f"{NODES * GPUS} at a time (submitted, placed, cancelled while running); "
+          f"{NODES * GPUS} at a time (submitted, placed, half exit 0, half cancelled while running); "
           f"--finished-jobs-in-memory {args.in_memory}")
     print(f"{'finished':>8} {'RSS MiB':>8} {'MiB/1k':>7} | {'metrics ms':>10} {'list 20 ms':>10} "
           f"{'dashboard ms':>12} {'history ms':>10} {'reopen s':>8}")
@@ -140,7 +152,7 @@ def main() -> None:
         while done < target:
             ran += finish_batch(logic, clock, done)
             done += NODES * GPUS
-    print(f"{ran} of the {done} finished jobs ran before they were cancelled")
+    print(f"{ran} of the {done} finished jobs ran before they ended")
     logic.ctx.store.close()
 
 
