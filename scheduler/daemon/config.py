@@ -211,7 +211,7 @@ HELP: dict[str, str] = {
     "than losing them (docs/daemon.md, \"Cadence under load\"; 0 = no cap; default 2000)",
     "finished_jobs_in_memory": "records of ended jobs kept in memory, those that ended last (default 10000, "
     "0 to 10000000); older ones stay in the database and are read back when listed or described, so a "
-    "long-lived synergyd does not grow with its history (about 4.7 KB per ended job in memory)",
+    "long-lived synergyd does not grow with its history (5-11 KB per ended job in memory)",
     "log_level": "debug, info, warning or error (default info)",
     "log_format": "json (one object per line, default) or text",
     "backend": "what runs the jobs: agent (synergy-agent on every node, the default) or slurm (a Slurm partition "

@@ -89,8 +89,8 @@ def jobs(parts: Parts, user: str | None = None) -> dict[str, Any]:
     """Every active job and the `FINISHED_LISTED` that ended last (a long-lived cluster
     has finished jobs by the ten thousand: `synergy jobs` pages through them); `user`: only
     that user's (a plain user's view; None: everyone's). Read from the store's index of
-    ended jobs: a page polls this every 2 s under the state lock, and sorting every job ever
-    submitted took 71 ms there at 20,000 finished (benchmarks/daemon_history.py)."""
+    ended jobs: a page polls this every 2 s under the state lock, where sorting every job ever
+    submitted took 69 ms at 20,000 ended (docs/daemon.md, "A long history: ended jobs")."""
     store = parts.ctx.store
     with parts.ctx.lock:
         cluster = parts.rounds.cluster()

@@ -1,6 +1,6 @@
-"""The store's indexes over a long history: what /metrics, the status call and the dashboard
-read on every poll must not walk every job the cluster has ever finished
-(benchmarks/daemon_history.py measures it)."""
+"""A long history of ended jobs: what /metrics, the status call and the dashboard read on
+every poll must not walk every job the cluster has ever ended, and the records kept in
+memory are bounded (--finished-jobs-in-memory); benchmarks/daemon_history.py measures it."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from cli_runner import run_cli
 from hypothesis import given, settings, strategies as st
 
 from synergy.scheduler.daemon.app import Logic
 from synergy.scheduler.daemon.clock import ManualClock
-from synergy.scheduler.daemon.config import DaemonConfig
+from synergy.scheduler.daemon.config import ConfigError, DaemonConfig, load_config
 from synergy.scheduler.daemon.context import DaemonContext
 from synergy.scheduler.daemon.profiles import ProfileBook, load_zoo
 from synergy.scheduler.daemon.records import JobRecord, JobSpec, JobState, NodeRecord, Transition
@@ -297,3 +298,13 @@ def test_a_job_that_ends_leaves_no_parsed_profile_behind() -> None:
             job = ctx.store.job(job_id)
             ctx.save_jobs([(job, job.to(state, "test", ctx.clock.now()))])
     assert {job_id for job_id, _ in parsed} == {ended[2]}
+
+
+def test_finished_jobs_in_memory_from_flag_or_toml_and_its_range(tmp_path: Path) -> None:
+    assert load_config(["--state-dir", str(tmp_path)]).finished_jobs_in_memory == 10_000
+    toml = tmp_path / "d.toml"
+    toml.write_text("finished-jobs-in-memory = 500\n")
+    assert load_config(["--config", str(toml), "--state-dir", str(tmp_path)]).finished_jobs_in_memory == 500
+    for bad in ("-1", "10000001"):
+        with pytest.raises(ConfigError, match=r"^--finished-jobs-in-memory must be from 0 to 10000000, got"):
+            load_config(["--state-dir", str(tmp_path), "--finished-jobs-in-memory", bad])

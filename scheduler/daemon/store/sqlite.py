@@ -68,7 +68,7 @@ class SqliteStore(MemoryStore):
 
     `finished_in_memory`: the cache keeps the records of at most this many ended jobs, those
     that ended last (None: every job). A long-lived cluster ends jobs by the hundred
-    thousand, about 4.7 KB of memory each (benchmarks/daemon_history.py); older ones stay on
+    thousand, 5-11 KB of memory each (more with a profile; benchmarks/daemon_history.py); older ones stay on
     disk, counted and indexed by name, and are read back when asked for (`job`,
     `jobs_named`, `scan_jobs`, `finished_newest_first`). Active jobs are always in memory,
     so renewals, heartbeats and rounds never wait for the disk.
