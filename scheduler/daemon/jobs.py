@@ -154,7 +154,7 @@ class JobBook:
         """`by`: who submitted it, for the history (an admin on behalf of `spec.user` says so)."""
         ctx = self.ctx
         with ctx.lock:
-            clash = [j for j in ctx.store.jobs_named(spec.name) if not j.state.terminal]
+            clash = ctx.store.active_named(spec.name)
             if clash:
                 raise AlreadyExists(
                     f"spec.name: job {spec.name!r} already exists (id {clash[0].id}, {clash[0].state.value})"

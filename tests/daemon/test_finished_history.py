@@ -149,6 +149,7 @@ def same_view(store, ref: MemoryStore) -> None:
     assert [store.job(i) for i in range(top + 1)] == [ref.job(i) for i in range(top + 1)]
     for name in ("a", "b", "c"):
         assert store.jobs_named(name) == ref.jobs_named(name)
+        assert store.active_named(name) == [j for j in ref.jobs_named(name) if not j.state.terminal]
     for after in (0, top // 2):
         for descending in (False, True):
             assert list(store.scan_jobs(after, descending)) == list(ref.scan_jobs(after, descending))

@@ -42,6 +42,11 @@ class StateStore(Protocol):
         """Jobs with this name, oldest first (names are reusable once a job has ended)."""
         ...
 
+    def active_named(self, name: str) -> list[JobRecord]:
+        """The jobs with this name not in a terminal state (a submission's name check):
+        from memory, without reading the ended jobs of that name left on disk."""
+        ...
+
     def renewing_ranks(self) -> int:
         """Ranks of placed jobs that renew a lease (every placed job but a CPU-only one, which
         runs a plain command): kept as jobs are saved, since the cadence asks every second."""

@@ -79,6 +79,9 @@ class MemoryStore:
     def jobs_named(self, name: str) -> list[JobRecord]:
         return [self._jobs[i] for i in self._names.get(name, ())]
 
+    def active_named(self, name: str) -> list[JobRecord]:
+        return [self._active[i] for i in self._names.get(name, ()) if i in self._active]
+
     def next_job_id(self) -> int:
         return self._max_id + 1
 
