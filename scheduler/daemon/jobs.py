@@ -77,18 +77,18 @@ class JobBook:
         A page of ListJobs reads as far as it needs: the store keeps older ended jobs on
         disk (store/sqlite.py), and a listing that walked all of them for each page of 100
         would read a long history once per page."""
-        wanted = set(states)
+        wanted = frozenset(states)
 
-        def matches(j: JobRecord) -> bool:
-            return (not wanted or j.state in wanted) and (user is None or j.spec.user == user)
+        def mine(j: JobRecord) -> bool:
+            return user is None or j.spec.user == user
 
         with self.ctx.lock:
             store = self.ctx.store
             if limit:
-                recent = list(islice(filter(matches, store.scan_jobs(descending=True)), limit))
+                recent = list(islice(filter(mine, store.scan_jobs(descending=True, states=wanted)), limit))
                 found = [j for j in reversed(recent) if j.id > after]
                 return found[:count] if count else found
-            found = filter(matches, store.scan_jobs(after=after))
+            found = filter(mine, store.scan_jobs(after=after, states=wanted))
             return list(islice(found, count) if count else found)
 
     def progress(self, job: JobRecord) -> tuple[int, float, float] | None:

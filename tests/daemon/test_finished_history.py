@@ -153,6 +153,9 @@ def same_view(store, ref: MemoryStore) -> None:
     for after in (0, top // 2):
         for descending in (False, True):
             assert list(store.scan_jobs(after, descending)) == list(ref.scan_jobs(after, descending))
+            for states in ({JobState.QUEUED}, {JobState.SUCCEEDED, JobState.QUEUED}, {JobState.FAILED}):
+                assert list(store.scan_jobs(after, descending, states)) == [
+                    j for j in ref.scan_jobs(after, descending) if j.state in states]
     assert list(store.finished_newest_first()) == list(ref.finished_newest_first())
     assert store.state_counts() == ref.state_counts()
     assert [store.finished_count(u) for u in ("ann", "bob", None)] == [ref.finished_count(u) for u in ("ann", "bob", None)]

@@ -9,7 +9,7 @@ writes are committed by the SQLite backend before they become visible, which is 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Collection, Iterable, Iterator, Protocol
 
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
 from synergy.scheduler.daemon.users import UserRecord
@@ -22,10 +22,13 @@ class StateStore(Protocol):
         walk a long history with `scan_jobs`."""
         ...
 
-    def scan_jobs(self, after: int = 0, descending: bool = False) -> Iterator[JobRecord]:
-        """Jobs with an id above `after`, by id (the highest first when `descending`), read
-        as the caller goes: the SQLite store reads the ended jobs it keeps on disk only in
-        chunks. Do not save jobs while iterating."""
+    def scan_jobs(
+        self, after: int = 0, descending: bool = False, states: Collection[JobState] = ()
+    ) -> Iterator[JobRecord]:
+        """Jobs with an id above `after` in `states` (all when empty), by id (the highest
+        first when `descending`), read as the caller goes: the SQLite store reads the ended
+        jobs it keeps on disk in chunks, and only those in `states` (none for a listing of
+        active jobs). Do not save jobs while iterating."""
         ...
 
     def active_jobs(self) -> list[JobRecord]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator
 
 from synergy.scheduler.daemon.errors import FailedPrecondition
 from synergy.scheduler.daemon.records import JobRecord, JobState, NodeRecord
@@ -40,9 +40,12 @@ class MemoryStore:
     def jobs(self) -> list[JobRecord]:
         return list(self.scan_jobs())
 
-    def scan_jobs(self, after: int = 0, descending: bool = False) -> Iterator[JobRecord]:
+    def scan_jobs(
+        self, after: int = 0, descending: bool = False, states: Collection[JobState] = ()
+    ) -> Iterator[JobRecord]:
         ids = sorted((k for k in self._jobs if k > after), reverse=descending)
-        return (self._jobs[k] for k in ids)
+        found = (self._jobs[k] for k in ids)
+        return (j for j in found if j.state in states) if states else found
 
     def active_jobs(self) -> list[JobRecord]:
         if self._active_sorted is None:  # rebuilt only after a write: reads dominate

@@ -13,7 +13,7 @@ import sqlite3
 from array import array
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 from synergy.scheduler.daemon.records import (
     JobRecord,
@@ -161,15 +161,18 @@ class SqliteStore(MemoryStore):
             self._on_disk.append(job_id)
         return sorted(row[0] for row in ended[cut:]) if cut else None
 
-    def _read(self, ids: list[int]) -> list[JobRecord]:
-        """Records from disk, in the order of `ids` (missing ones left out), with any newer
-        progress counters applied."""
+    def _read(self, ids: list[int], states: Collection[JobState] = ()) -> list[JobRecord]:
+        """Records from disk, in the order of `ids` (missing ones left out; of `states`
+        only, unless empty), with any newer progress counters applied."""
         found: dict[int, JobRecord] = {}
+        values = [s.value for s in states]
+        only = f" AND j.state IN ({','.join('?' * len(values))})" if values else ""
         for start in range(0, len(ids), READ_CHUNK):
             chunk = ids[start:start + READ_CHUNK]
             for job_id, body, steps, speed, gpu_s in self._db.execute(
                 "SELECT j.id, j.body, p.steps_done, p.samples_per_s, p.attained_gpu_s FROM jobs j "
-                f"LEFT JOIN progress p ON p.job_id = j.id WHERE j.id IN ({','.join('?' * len(chunk))})", chunk):
+                f"LEFT JOIN progress p ON p.job_id = j.id WHERE j.id IN ({','.join('?' * len(chunk))}){only}",
+                [*chunk, *values]):
                 job = job_from_dict(json.loads(body))
                 if steps is not None:
                     job = job.with_progress(steps, speed, gpu_s)
@@ -191,18 +194,20 @@ class SqliteStore(MemoryStore):
         disk = {j.id: j for j in self._read(missing)}
         return [j for j in (self._jobs.get(i) or disk.get(i) for i in ids) if j is not None]
 
-    def scan_jobs(self, after: int = 0, descending: bool = False) -> Iterator[JobRecord]:
-        if not self._on_disk:
-            yield from super().scan_jobs(after, descending)
+    def scan_jobs(
+        self, after: int = 0, descending: bool = False, states: Collection[JobState] = ()
+    ) -> Iterator[JobRecord]:
+        if not self._on_disk or (states and not any(s.terminal for s in states)):  # all in memory
+            yield from super().scan_jobs(after, descending, states)
             return
         # Ids are given in order from 1 and jobs are never deleted: walk the range, so that a
         # page of the newest jobs costs a page, not a sort of every id.
         ids = iter(range(self._max_id, after, -1) if descending else range(after + 1, self._max_id + 1))
         while chunk := list(islice(ids, READ_CHUNK)):
-            disk = {j.id: j for j in self._read([i for i in chunk if i not in self._jobs])}
+            disk = {j.id: j for j in self._read([i for i in chunk if i not in self._jobs], states)}
             for i in chunk:
                 job = self._jobs.get(i) or disk.get(i)
-                if job is not None:
+                if job is not None and (not states or job.state in states):
                     yield job
 
     def job_tokens(self) -> Iterator[tuple[int, str]]:
