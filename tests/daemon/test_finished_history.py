@@ -210,7 +210,7 @@ def test_a_store_that_leaves_ended_jobs_on_disk_answers_as_one_that_keeps_them_a
 
 
 def test_listing_reads_as_far_as_it_needs_and_answers_as_a_walk_of_every_job(tmp_path: Path) -> None:
-    """JobService.list's limit / after / count, on a store with most ended jobs on disk, against a
+    """JobBook.list's limit / after / count, on a store with most ended jobs on disk, against a
     filter of every job: what ListJobs pages through."""
     config = DaemonConfig(state_dir=tmp_path, round_s=10)
     logic = Logic.build(DaemonContext(config, ManualClock(), SqliteStore(tmp_path / "db", finished_in_memory=2),
@@ -228,7 +228,7 @@ def test_listing_reads_as_far_as_it_needs_and_answers_as_a_walk_of_every_job(tmp
         found = [j for j in (found[-limit:] if limit else found) if j.id > after]
         return found[:count] if count else found
 
-    for states in ((), (JobState.CANCELLED,), (JobState.QUEUED,)):
+    for states in ((), (JobState.CANCELLED,), (JobState.QUEUED,), (JobState.QUEUED, JobState.CANCELLED)):
         for limit in (0, 1, 5, 20):
             for user in (None, "ann", "bob"):
                 for after in (0, 4, 11):
