@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
 
 import psutil
+from dashboard_views import MODELS, timed  # the dashboard benchmark's zoo models; median ms of calls
 
 from synergy.scheduler.daemon import events
 from synergy.scheduler.daemon.app import Logic
@@ -50,7 +49,6 @@ from synergy.scheduler.dashboard import views
 from synergy.scheduler.dashboard.history import History
 from synergy.scheduler.model import Resources
 
-MODELS = ("resnet18", "resnet50", "gnmt", "lstm", "mobilenet_v2")
 NODES, GPUS = 8, 8
 #: Seconds between two batches: 64 jobs a minute, 3,840 of them in the dashboard's hour.
 BATCH_GAP_S = 60.0
@@ -91,15 +89,6 @@ def finish_batch(logic: Logic, clock: ManualClock, first: int) -> int:
     return ran
 
 
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 def rss_mib() -> float:
     gc.collect()
     return psutil.Process().memory_info().rss / 2**20
@@ -134,7 +123,7 @@ def main() -> None:
     while True:
         rss = rss_mib()
         per_k = (rss - base) / done * 1000 if done else 0.0
-        cells = [median_ms(f, args.repeat) for f in (
+        cells = [timed(f, args.repeat) for f in (
             lambda: events.refresh_gauges(logic),
             lambda: logic.jobs.list(limit=20),
             lambda: (views.cluster(logic), views.jobs(logic)),

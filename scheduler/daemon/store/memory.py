@@ -69,7 +69,7 @@ class MemoryStore:
         return ((j.id, j.token) for j in self._jobs.values())
 
     def profiled_jobs(self) -> Iterator[JobRecord]:
-        return (self._jobs[k] for k in sorted(self._jobs) if self._jobs[k].profiled)
+        return (j for j in self._jobs.values() if j.profiled)
 
     def finished_newest_first(self) -> Iterator[JobRecord]:
         return reversed(self._finished.values())

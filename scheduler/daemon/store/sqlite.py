@@ -56,7 +56,21 @@ OnDamaged = Callable[[sqlite3.DatabaseError], None]
 #: Jobs read from disk in one query (below SQLite's limit on bound parameters).
 READ_CHUNK = 500
 _ENDED = tuple(s.value for s in JobState if s.terminal)
-_MARKS = ",".join("?" * len(_ENDED))
+
+
+def _marks(n: int) -> str:
+    """`n` bound parameters for an `IN (...)`."""
+    return ",".join("?" * n)
+
+
+def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
+    """`ids` in lists of at most READ_CHUNK, for one query each."""
+    it = iter(ids)
+    while chunk := list(islice(it, READ_CHUNK)):
+        yield chunk
+
+
+_MARKS = _marks(len(_ENDED))
 
 
 class SqliteStore(MemoryStore):
@@ -166,12 +180,11 @@ class SqliteStore(MemoryStore):
         only, unless empty), with any newer progress counters applied."""
         found: dict[int, JobRecord] = {}
         values = [s.value for s in states]
-        only = f" AND j.state IN ({','.join('?' * len(values))})" if values else ""
-        for start in range(0, len(ids), READ_CHUNK):
-            chunk = ids[start:start + READ_CHUNK]
+        only = f" AND j.state IN ({_marks(len(values))})" if values else ""
+        for chunk in _chunks(ids):
             for job_id, body, steps, speed, gpu_s in self._db.execute(
                 "SELECT j.id, j.body, p.steps_done, p.samples_per_s, p.attained_gpu_s FROM jobs j "
-                f"LEFT JOIN progress p ON p.job_id = j.id WHERE j.id IN ({','.join('?' * len(chunk))}){only}",
+                f"LEFT JOIN progress p ON p.job_id = j.id WHERE j.id IN ({_marks(len(chunk))}){only}",
                 [*chunk, *values]):
                 job = job_from_dict(json.loads(body))
                 if steps is not None:
@@ -202,8 +215,8 @@ class SqliteStore(MemoryStore):
             return
         # Ids are given in order from 1 and jobs are never deleted: walk the range, so that a
         # page of the newest jobs costs a page, not a sort of every id.
-        ids = iter(range(self._max_id, after, -1) if descending else range(after + 1, self._max_id + 1))
-        while chunk := list(islice(ids, READ_CHUNK)):
+        ids = range(self._max_id, after, -1) if descending else range(after + 1, self._max_id + 1)
+        for chunk in _chunks(ids):
             disk = {j.id: j for j in self._read([i for i in chunk if i not in self._jobs], states)}
             for i in chunk:
                 job = self._jobs.get(i) or disk.get(i)
@@ -212,24 +225,21 @@ class SqliteStore(MemoryStore):
 
     def job_tokens(self) -> Iterator[tuple[int, str]]:
         yield from super().job_tokens()
-        ids = iter(self._on_disk)
-        while chunk := list(islice(ids, READ_CHUNK)):
+        for chunk in _chunks(self._on_disk):
             yield from self._db.execute(
-                f"SELECT id, json_extract(body, '$.token') FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+                f"SELECT id, json_extract(body, '$.token') FROM jobs WHERE id IN ({_marks(len(chunk))})", chunk)
 
     def profiled_jobs(self) -> Iterator[JobRecord]:
         yield from super().profiled_jobs()
-        ids = iter(self._on_disk)
-        while chunk := list(islice(ids, READ_CHUNK)):
+        for chunk in _chunks(self._on_disk):
             found = self._db.execute(
-                f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(chunk))}) "
+                f"SELECT id FROM jobs WHERE id IN ({_marks(len(chunk))}) "
                 "AND json_extract(body, '$.profiled')", chunk)
             yield from self._read([job_id for (job_id,) in found])
 
     def finished_newest_first(self) -> Iterator[JobRecord]:
         yield from super().finished_newest_first()
-        ids = reversed(self._on_disk)
-        while chunk := list(islice(ids, READ_CHUNK)):
+        for chunk in _chunks(reversed(self._on_disk)):
             yield from self._read(chunk)
 
     def _remember_jobs(self, jobs: list[JobRecord]) -> None:
