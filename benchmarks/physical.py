@@ -4,9 +4,13 @@ synergyd + a real synergy-agent, Table 5's two rows, and the simulator's predict
 What is real: synergyd (its rounds, leases, live profiling), the agent (cgroup cpusets and
 CFS quotas on this machine's cores), PyTorch jobs with DataLoaders (benchmarks/
 physical_job.py) wrapped in SynergyIterator. What is emulated: the GPUs (`--fake-gpus`: a
-step is `--step-s` of device time that uses no host CPU, a sleep), and the job mix: half the
+step is `--step-s` of device time that uses no host CPU, a sleep), and the job mix: some
 jobs are loading-heavy (each sample costs `--heavy-cpu-ms` of real CPU in the loader: about
-one core keeps their GPU busy), half light (`--light-cpu-ms`: a small fraction of a core).
+one core keeps their GPU busy), the others light (`--light-cpu-ms`: a small fraction of a
+core). By default half are heavy; `--split table5` takes Table 5's workload splits (§5.2:
+image, language, speech (60,30,10) for the static trace and (30,60,10) for the dynamic one),
+image and speech jobs emulated as heavy (the CPU-sensitive tasks of §2, Fig. 2a), language
+jobs as light; speech's memory sensitivity is not emulated.
 With four GPUs on two cores the GPU-proportional share is half a core per GPU: the heavy
 jobs run at about half speed under `proportional`; TUNE can give the light jobs a quarter
 core (profiled below one CPU on a `sub_core` lease) and the heavy ones the rest.
@@ -70,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 import statistics
 import sys
@@ -166,7 +171,7 @@ def startup_s(log: Path) -> float:
 
 @dataclass(frozen=True)
 class TraceJob:
-    """One job of the trace: heavy and light alternate; the dynamic trace's lengths cycle
+    """One job of the trace: heavy ones spread evenly among light ones; the dynamic trace's lengths cycle
     1x, 2x, 3x `--samples` (SRTF needs lengths that differ) and one arrives every `--gap-s`."""
 
     name: str
@@ -176,11 +181,36 @@ class TraceJob:
     arrival_s: float
 
 
+#: Table 5's workload splits (image, language, speech), §5.2: the static trace (60,30,10), the
+#: dynamic one (30,60,10). Image and speech models are the CPU-sensitive ones (§2, Fig. 2a).
+TABLE5_SPLIT = {"static": (60.0, 30.0, 10.0), "dynamic": (30.0, 60.0, 10.0)}
+
+
+def heavy_share(args: argparse.Namespace) -> float:
+    """The share of loading-heavy jobs: `--split`'s image + speech, or one half by default."""
+    if not args.split:
+        return 0.5
+    image, language, speech = TABLE5_SPLIT[args.trace] if args.split == "table5" else args.split
+    return (image + speech) / (image + language + speech)
+
+
+def is_heavy(k: int, share: float) -> bool:
+    """Whether job k of the trace is heavy: heavy jobs spread evenly, round(N * share) of the
+    first N (for one half: heavy, light, heavy, ...)."""
+    return math.floor((k + 1) * share + 0.5) > math.floor(k * share + 0.5)
+
+
+def mix(args: argparse.Namespace) -> str:
+    kinds = [t.kind for t in trace(args)]
+    return f"{kinds.count('heavy')} heavy, {kinds.count('light')} light"
+
+
 def trace(args: argparse.Namespace) -> list[TraceJob]:
     dynamic = args.trace == "dynamic"
+    share = heavy_share(args)
     out = []
     for k in range(args.jobs):
-        kind = "heavy" if k % 2 == 0 else "light"
+        kind = "heavy" if is_heavy(k, share) else "light"
         samples = args.samples * (1 + k % 3) if dynamic else args.samples
         out.append(TraceJob(f"{kind}{k}", kind, samples, -(-samples // args.batch_size),
                             k * args.gap_s if dynamic else 0.0))
@@ -335,8 +365,8 @@ def what_if_with(args: argparse.Namespace, source: str, by_kind: dict[str, Sensi
         if ready is None or t.arrival_s < ready or args.every_job_profiles:
             profiled.add(k)
             stored_at.setdefault((t.kind, t.samples), t.arrival_s + start_s + profile_s)
-    print(f"what if: {args.trace} trace, {args.jobs} jobs" + (f", one every {args.gap_s:g} s" if args.trace ==
-          "dynamic" else "") + f", {args.samples} samples; {source}, node {node.gpus:g} GPUs / "
+    print(f"what if: {args.trace} trace, {args.jobs} jobs ({mix(args)})" + (f", one every {args.gap_s:g} s"
+          if args.trace == "dynamic" else "") + f", {args.samples} samples; {source}, node {node.gpus:g} GPUs / "
           f"{node.cpus:g} CPUs / {node.mem_gb:g} GB, leases of {profile_s:.1f} s, start-up {start_s:.1f} s; "
           f"{len(profiled)} of {args.jobs} jobs profile live")
 
@@ -364,16 +394,32 @@ SHAPED = "shaped"
 
 def shaped_profiles(args: argparse.Namespace) -> dict[str, SensitivityProfile]:
     """Heavy and light profiles shaped like those the live runs measured (docs/reproducing.md):
-    a heavy job 23 / 46 / 90 samples/s at a quarter, a half and one CPU, a light one 90 at
-    every point; memory does not matter to either."""
+    at the defaults a heavy job 23 / 46 / 90 samples/s at a quarter, a half and one CPU, a
+    light one 90 at every point: 92% of what a CPU's worth of loading allows (1000 /
+    `--heavy-cpu-ms` samples a second per CPU), at most 90% of what the device step allows;
+    memory does not matter to either."""
     rows = (0.25, 0.5, 1.0, 2.0)
-    iter_s = args.batch_size / 90.0  # 90 samples/s at the top: a step of `--batch-size` samples
+    top = 0.9 * args.batch_size / args.step_s
 
-    def shaped(name: str, rates: tuple[float, ...]) -> SensitivityProfile:
-        return SensitivityProfile(name, "image", rows, (1.0, 2.0), tuple((r / 90.0,) * 2 for r in rates),
-                                  (1.0, 1.0), iter_s)
+    def shaped(name: str, cpu_ms: float) -> SensitivityProfile:
+        rates = tuple(min(top, 0.92 * cpus * 1000.0 / cpu_ms) for cpus in rows)
+        return SensitivityProfile(name, "image", rows, (1.0, 2.0), tuple((r / top,) * 2 for r in rates),
+                                  (1.0, 1.0), args.batch_size / top)
 
-    return {"heavy": shaped("heavy", (23.0, 46.0, 90.0, 90.0)), "light": shaped("light", (90.0,) * 4)}
+    return {"heavy": shaped("heavy", args.heavy_cpu_ms), "light": shaped("light", args.light_cpu_ms)}
+
+
+def split_arg(text: str) -> str | tuple[float, float, float]:
+    if text == "table5":
+        return text
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0 or sum(parts) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 'table5' or three shares IMAGE,LANGUAGE,SPEECH "
+                                         "(non-negative, not all 0), e.g. 30,60,10")
+    return parts  # type: ignore[return-value]
 
 
 def summary(makespan: float, jcts: list[float]) -> tuple[float, float, float]:
@@ -387,7 +433,11 @@ def parser() -> argparse.ArgumentParser:
                    help="static: all at once, FIFO, makespan; dynamic: one every --gap-s, SRTF, JCT")
     p.add_argument("--gap-s", type=float, default=5.0, help="seconds between arrivals of the dynamic trace")
     p.add_argument("--simulate", action="store_true", help="replay the trace in the simulator and compare")
-    p.add_argument("--jobs", type=int, default=8, help="jobs in the trace, half heavy, half light")
+    p.add_argument("--jobs", type=int, default=8, help="jobs in the trace (half heavy, half light; see --split)")
+    p.add_argument("--split", type=split_arg, default=None, metavar="IMAGE,LANGUAGE,SPEECH",
+                   help="the trace's workload split as Table 5 gives it: image and speech jobs are heavy, "
+                        "language ones light ('table5': the paper's split for --trace, (60,30,10) static, "
+                        "(30,60,10) dynamic; default: half heavy, half light)")
     p.add_argument("--gpus", type=int, default=4, help="fake GPUs on the agent")
     p.add_argument("--cpus", default="0-1", help="the agent's --cpus slice")
     p.add_argument("--memory", default="4G")
@@ -423,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what_if:
         return what_if(args)
     tmp = Path(tempfile.mkdtemp(prefix="physical-"))
+    print(f"{args.trace} trace, {args.jobs} jobs: {mix(args)}: " + " ".join(t.name for t in trace(args)))
     gpu_s = args.gpus
     results: dict[str, Run] = {}
     for mech in args.mechanisms.split(","):
