@@ -171,8 +171,9 @@ def startup_s(log: Path) -> float:
 
 @dataclass(frozen=True)
 class TraceJob:
-    """One job of the trace: heavy ones spread evenly among light ones; the dynamic trace's lengths cycle
-    1x, 2x, 3x `--samples` (SRTF needs lengths that differ) and one arrives every `--gap-s`."""
+    """One job of the trace: heavy ones spread evenly among light ones; the dynamic trace's
+    lengths cycle 1x, 2x, 3x `--samples` (SRTF needs lengths that differ) and one arrives
+    every `--gap-s`."""
 
     name: str
     kind: str  # "heavy" or "light"
